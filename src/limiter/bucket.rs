@@ -1,0 +1,232 @@
+use super::{ceil_div, ms_ceil, retry_ms, Decision, Limiter, Params, NEVER};
+
+/// What the token and leaky buckets share: a level that falls at `limit`
+/// units per `period`, capped at `burst` units.
+///
+/// The level is kept in units of `1 / period` of a unit, so it falls by
+/// exactly `limit` every microsecond and no division ever rounds: a unit is
+/// `period_us` scaled units, the bucket holds `burst * period_us`.
+/// For TOKEN the level is the tokens missing from a full bucket; for LEAKY
+/// it is the queued work. Either way 0 is idle.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Bucket {
+    pub(crate) level: u128,
+    pub(crate) updated_at_us: u64,
+    pub(crate) limit: u64,
+    pub(crate) period_us: u64,
+    pub(crate) burst: u64,
+}
+
+/// Token bucket: starts full with `burst` tokens, refills continuously at
+/// `limit` per `period`; a call takes `cost` tokens when it has them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TokenBucket(pub(crate) Bucket);
+
+/// Leaky bucket as a meter with a queue: holds up to `burst` units of work,
+/// drains continuously at `limit` per `period`. An admitted call's
+/// `retry_after` is the time for the work queued ahead of it to drain.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LeakyBucket(pub(crate) Bucket);
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Token,
+    Leaky,
+}
+
+/// `x * to / from` for the bounded values a bucket holds, without an
+/// intermediate product beyond `u128`; rounded up or down.
+fn rescale(x: u128, from: u64, to: u64, round_up: bool) -> u128 {
+    let (from, to) = (u128::from(from), u128::from(to));
+    let part = (x % from) * to;
+    let part = if round_up { ceil_div(part, from) } else { part / from };
+    (x / from) * to + part
+}
+
+impl Bucket {
+    /// The level at `now` under the call's parameters. When the parameters
+    /// changed since the last call, the stored level is first carried over:
+    /// rescaled to the new period (rounded towards fewer tokens and more
+    /// queued work, never towards admitting more) and clamped to the new
+    /// burst. TOKEN keeps its tokens, LEAKY its queued work.
+    fn level_at(&self, params: &Params, now: u64, kind: Kind) -> u128 {
+        if self.period_us == 0 {
+            return 0;
+        }
+        let period = params.period_us();
+        let capacity = u128::from(params.burst()) * u128::from(period);
+        let mut level = self.level;
+        if (self.period_us, self.burst) != (period, params.burst()) {
+            let old_capacity = u128::from(self.burst) * u128::from(self.period_us);
+            level = match kind {
+                Kind::Token => {
+                    let tokens = old_capacity.saturating_sub(level);
+                    capacity - rescale(tokens, self.period_us, period, false).min(capacity)
+                }
+                Kind::Leaky => rescale(level, self.period_us, period, true).min(capacity),
+            };
+        }
+        let elapsed = u128::from(now.saturating_sub(self.updated_at_us));
+        level.saturating_sub(elapsed * u128::from(params.limit()))
+    }
+
+    fn acquire(&mut self, params: &Params, cost: u64, now_us: u64, kind: Kind) -> Decision {
+        let now = now_us.max(self.updated_at_us);
+        let limit = u128::from(params.limit());
+        let period = u128::from(params.period_us());
+        let capacity = u128::from(params.burst()) * period;
+        let level = self.level_at(params, now, kind);
+        let asked = u128::from(cost) * period;
+        let allowed = level + asked <= capacity;
+        let level_after = if allowed { level + asked } else { level };
+        let retry_after_ms = match (allowed, kind) {
+            (true, Kind::Token) => 0,
+            (true, Kind::Leaky) => retry_ms(ceil_div(level, limit)),
+            (false, _) if cost > params.burst() => NEVER,
+            (false, _) => retry_ms(ceil_div(level + asked - capacity, limit)),
+        };
+        if allowed && cost > 0 {
+            *self = Bucket {
+                level: level_after,
+                updated_at_us: now,
+                limit: params.limit(),
+                period_us: params.period_us(),
+                burst: params.burst(),
+            };
+        }
+        Decision {
+            allowed,
+            limit: params.burst(),
+            remaining: ((capacity - level_after) / period) as u64,
+            retry_after_ms,
+            reset_after_ms: ms_ceil(ceil_div(level_after, limit)),
+        }
+    }
+
+    fn last_params(&self) -> Option<Params> {
+        Params::new(self.limit, self.period_us, Some(self.burst)).ok()
+    }
+}
+
+impl Limiter for TokenBucket {
+    fn acquire(&mut self, params: &Params, cost: u64, now_us: u64) -> Decision {
+        self.0.acquire(params, cost, now_us, Kind::Token)
+    }
+
+    fn last_params(&self) -> Option<Params> {
+        self.0.last_params()
+    }
+}
+
+impl Limiter for LeakyBucket {
+    fn acquire(&mut self, params: &Params, cost: u64, now_us: u64) -> Decision {
+        self.0.acquire(params, cost, now_us, Kind::Leaky)
+    }
+
+    fn last_params(&self) -> Option<Params> {
+        self.0.last_params()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: u64 = 1_000_000;
+
+    fn params(limit: u64, period_us: u64, burst: u64) -> Params {
+        Params::new(limit, period_us, Some(burst)).unwrap()
+    }
+
+    /// (at µs, cost, allowed, remaining, retry_after, reset_after)
+    type Step = (u64, u64, bool, u64, i64, u64);
+
+    fn run<L: Limiter>(p: Params, steps: &[Step]) -> L {
+        let mut state = L::default();
+        for (i, &(at, cost, allowed, remaining, retry, reset)) in steps.iter().enumerate() {
+            let d = state.acquire(&p, cost, at);
+            assert_eq!(
+                (d.allowed, d.limit, d.remaining, d.retry_after_ms, d.reset_after_ms),
+                (allowed, p.burst(), remaining, retry, reset),
+                "step {i}"
+            );
+        }
+        state
+    }
+
+    #[test]
+    fn token_bucket_starts_full_and_refills_continuously() {
+        // 10 per second, burst 5: one token every 100 ms.
+        run::<TokenBucket>(params(10, S, 5), &[
+            (0, 0, true, 5, 0, 0),
+            (0, 5, true, 0, 0, 500),
+            (0, 1, false, 0, 100, 500),
+            (50_000, 1, false, 0, 50, 450),
+            (100_000, 1, true, 0, 0, 500),
+            (350_000, 2, true, 0, 0, 450),
+            (350_000, 6, false, 0, NEVER, 450),
+            (2 * S, 0, true, 5, 0, 0),
+        ]);
+    }
+
+    #[test]
+    fn token_bucket_rate_is_exact_with_odd_periods() {
+        // 3 per 7 ms: 7/3 ms per token, not representable in µs.
+        let p = params(3, 7_000, 3);
+        let mut state = TokenBucket::default();
+        let mut admitted = 0u64;
+        for t in 0..7_000_000u64 {
+            if state.acquire(&p, 1, t).allowed {
+                admitted += 1;
+            }
+        }
+        // A full bucket of 3, then exactly 3 per 7 ms for 7 s.
+        assert_eq!(admitted, 3 + 3 * 1000 - 1);
+    }
+
+    #[test]
+    fn leaky_bucket_queues_work_at_the_leak_rate() {
+        // Drains 10 per second; up to 3 units of work queued.
+        run::<LeakyBucket>(params(10, S, 3), &[
+            (0, 0, true, 3, 0, 0),
+            (0, 1, true, 2, 0, 100),
+            (0, 1, true, 1, 100, 200),
+            (0, 1, true, 0, 200, 300),
+            (0, 1, false, 0, 100, 300),
+            (100_000, 1, true, 0, 200, 300),
+            (100_000, 4, false, 0, NEVER, 300),
+            (S, 0, true, 3, 0, 0),
+        ]);
+    }
+
+    #[test]
+    fn smaller_burst_clamps_and_period_change_rescales() {
+        let mut token = TokenBucket::default();
+        token.acquire(&params(10, S, 10), 2, 0);
+        // 8 tokens left; burst 5 holds 5.
+        assert_eq!(token.acquire(&params(10, S, 5), 0, 0).remaining, 5);
+        // Same rate written per minute: 8 tokens stay 8.
+        assert_eq!(token.acquire(&params(600, 60 * S, 10), 0, 0).remaining, 8);
+
+        let mut leaky = LeakyBucket::default();
+        leaky.acquire(&params(10, S, 10), 8, 0);
+        let d = leaky.acquire(&params(10, S, 5), 0, 0);
+        assert_eq!((d.remaining, d.reset_after_ms), (0, 500));
+        assert_eq!(leaky.acquire(&params(600, 60 * S, 10), 0, 0).remaining, 2);
+    }
+
+    #[test]
+    fn extreme_parameters_do_not_overflow() {
+        use super::super::{MAX_LIMIT, MAX_PERIOD_US, MAX_TIME_US};
+        let p = params(MAX_LIMIT, MAX_PERIOD_US, MAX_LIMIT);
+        let mut token = TokenBucket::default();
+        let d = token.acquire(&p, MAX_LIMIT, MAX_TIME_US);
+        assert_eq!((d.allowed, d.remaining, d.reset_after_ms), (true, 0, MAX_PERIOD_US / 1000));
+        let d = token.acquire(&p, 1, MAX_TIME_US);
+        assert_eq!(d.retry_after_ms, ((MAX_PERIOD_US / MAX_LIMIT).max(1) / 1000).max(1) as i64);
+        let slow = params(1, 1_000, 3650 * 86_400 * 1000);
+        let mut leaky = LeakyBucket::default();
+        let d = leaky.acquire(&slow, 3650 * 86_400 * 1000, 0);
+        assert_eq!(d.reset_after_ms, MAX_PERIOD_US / 1000);
+    }
+}

@@ -1,0 +1,145 @@
+use super::{ms_ceil, Decision, Limiter, Params, NEVER};
+
+/// Fixed window counter with Laravel's DurationLimiter semantics: a window
+/// of one `period` opens at the first admitted call when none is open, and
+/// admits at most `limit` units.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FixedWindow {
+    pub(crate) window_start_us: u64,
+    /// Units admitted in the window; 0 means no window is open.
+    pub(crate) count: u64,
+    pub(crate) updated_at_us: u64,
+    pub(crate) limit: u64,
+    pub(crate) period_us: u64,
+}
+
+impl FixedWindow {
+    /// The open window at `now` as (start, units used), if any.
+    fn open_window(&self, period_us: u64, now: u64) -> Option<(u64, u64)> {
+        let open = self.count > 0 && now < self.window_start_us.saturating_add(period_us);
+        open.then_some((self.window_start_us, self.count))
+    }
+}
+
+impl Limiter for FixedWindow {
+    fn acquire(&mut self, params: &Params, cost: u64, now_us: u64) -> Decision {
+        let now = now_us.max(self.updated_at_us);
+        let limit = params.limit();
+        let period = params.period_us();
+        let (start, used) = self.open_window(period, now).unwrap_or((now, 0));
+        let allowed = cost <= limit.saturating_sub(used);
+        let used_after = if allowed { used + cost } else { used };
+        if allowed && cost > 0 {
+            *self = FixedWindow {
+                window_start_us: start,
+                count: used_after,
+                updated_at_us: now,
+                limit,
+                period_us: period,
+            };
+        }
+        let reset_after_ms = if used_after > 0 {
+            ms_ceil(u128::from(start + period - now))
+        } else {
+            0
+        };
+        let retry_after_ms = match (allowed, cost > limit) {
+            (true, _) => 0,
+            (false, true) => NEVER,
+            // The next window opens when this one ends.
+            (false, false) => reset_after_ms as i64,
+        };
+        Decision {
+            allowed,
+            limit,
+            remaining: limit.saturating_sub(used_after),
+            retry_after_ms,
+            reset_after_ms,
+        }
+    }
+
+    fn last_params(&self) -> Option<Params> {
+        Params::new(self.limit, self.period_us, None).ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: u64 = 1_000_000;
+
+    fn params(limit: u64, period_us: u64) -> Params {
+        Params::new(limit, period_us, None).unwrap()
+    }
+
+    /// (at µs, cost, allowed, remaining, retry_after, reset_after)
+    type Step = (u64, u64, bool, u64, i64, u64);
+
+    fn run(limit: u64, period_us: u64, steps: &[Step]) {
+        let p = params(limit, period_us);
+        let mut state = FixedWindow::default();
+        for (i, &(at, cost, allowed, remaining, retry, reset)) in steps.iter().enumerate() {
+            let d = state.acquire(&p, cost, at);
+            assert_eq!(
+                (d.allowed, d.limit, d.remaining, d.retry_after_ms, d.reset_after_ms),
+                (allowed, limit, remaining, retry, reset),
+                "step {i}"
+            );
+        }
+    }
+
+    #[test]
+    fn window_opens_at_first_call_and_closes_after_period() {
+        run(3, S, &[
+            (10 * S, 1, true, 2, 0, 1000),
+            (10 * S + 500_000, 2, true, 0, 0, 500),
+            (10 * S + 999_999, 1, false, 0, 1, 1),
+            (11 * S, 1, true, 2, 0, 1000),
+        ]);
+    }
+
+    #[test]
+    fn peek_and_impossible_costs() {
+        run(5, S, &[
+            (0, 0, true, 5, 0, 0),
+            (0, 6, false, 5, NEVER, 0),
+            (0, 5, true, 0, 0, 1000),
+            (1, 0, true, 0, 0, 1000),
+            (2, 1, false, 0, 1000, 1000),
+        ]);
+    }
+
+    #[test]
+    fn laravel_boundary_burst() {
+        // 20 per second: 20 late in one window and 20 at the start of the next.
+        let p = params(20, S);
+        let mut state = FixedWindow::default();
+        assert!(state.acquire(&p, 1, 0).allowed);
+        let admitted = (0..40)
+            .map(|i| 900_000 + i * 5_000)
+            .filter(|&t| state.acquire(&p, 1, t).allowed)
+            .count();
+        // 19 more in the first window (which ends at 1 s), 20 in the next.
+        assert_eq!(admitted, 39);
+    }
+
+    #[test]
+    fn time_never_runs_backwards() {
+        let p = params(2, S);
+        let mut state = FixedWindow::default();
+        state.acquire(&p, 1, 5 * S);
+        let d = state.acquire(&p, 1, 4 * S);
+        assert!(d.allowed);
+        assert_eq!(d.reset_after_ms, 1000);
+        assert_eq!(state.updated_at_us, 5 * S);
+    }
+
+    #[test]
+    fn lower_limit_leaves_no_remaining() {
+        let mut state = FixedWindow::default();
+        state.acquire(&params(10, S), 8, 0);
+        let d = state.acquire(&params(5, S), 1, 1);
+        assert_eq!((d.allowed, d.remaining, d.retry_after_ms), (false, 0, 1000));
+    }
+}

@@ -1,0 +1,163 @@
+//! The rate-limiting algorithms, free of Redis.
+//!
+//! Every algorithm is a small state value with one entry point,
+//! [`Limiter::acquire`]: time comes in as Unix microseconds, the answer is a
+//! [`Decision`], and the state changes only when units are taken. Arithmetic
+//! is exact in integers (`u128` where a product could overflow `u64`), so
+//! nothing drifts and nothing overflows within the bounds below.
+
+mod bucket;
+mod fixed;
+mod sliding;
+mod sliding_log;
+
+pub use bucket::{LeakyBucket, TokenBucket};
+pub use fixed::FixedWindow;
+pub use sliding::SlidingWindow;
+pub use sliding_log::SlidingLog;
+
+/// Largest `limit`, `BURST` and `COST`: 10^15, so every count is exact in a
+/// double-precision float too (JavaScript and Lua clients read it exactly).
+pub const MAX_LIMIT: u64 = 1_000_000_000_000_000;
+/// Longest `period`: 3650 days, in microseconds.
+pub const MAX_PERIOD_US: u64 = 3650 * 86_400 * 1_000_000;
+/// Shortest `period`: one millisecond, in microseconds.
+pub const MIN_PERIOD_US: u64 = 1_000;
+/// Latest `AT`: 10^16 µs after the Unix epoch (the year 2286).
+pub const MAX_TIME_US: u64 = 10_000_000_000_000_000;
+/// `retry_after` when the call can never be admitted (it asks for more than
+/// the limit or burst).
+pub const NEVER: i64 = -1;
+
+/// A validated quota: `limit` units per `period`, and for the buckets a
+/// capacity of `burst` units (equal to `limit` for the windows).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Params {
+    limit: u64,
+    period_us: u64,
+    burst: u64,
+}
+
+/// Why a set of parameters is refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ParamError {
+    Limit,
+    Period,
+    Burst,
+    /// Refilling (TOKEN) or draining (LEAKY) a full bucket would take longer
+    /// than [`MAX_PERIOD_US`], so `reset_after` could not be represented.
+    BurstTooSlow,
+}
+
+impl Params {
+    /// Checks every bound; `burst` defaults to `limit`.
+    pub fn new(limit: u64, period_us: u64, burst: Option<u64>) -> Result<Params, ParamError> {
+        if !(1..=MAX_LIMIT).contains(&limit) {
+            return Err(ParamError::Limit);
+        }
+        if !(MIN_PERIOD_US..=MAX_PERIOD_US).contains(&period_us) {
+            return Err(ParamError::Period);
+        }
+        let burst = burst.unwrap_or(limit);
+        if !(1..=MAX_LIMIT).contains(&burst) {
+            return Err(ParamError::Burst);
+        }
+        let params = Params { limit, period_us, burst };
+        if params.full_bucket_us() > u128::from(MAX_PERIOD_US) {
+            return Err(ParamError::BurstTooSlow);
+        }
+        Ok(params)
+    }
+
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    pub fn period_us(&self) -> u64 {
+        self.period_us
+    }
+
+    pub fn burst(&self) -> u64 {
+        self.burst
+    }
+
+    /// Microseconds a bucket takes to refill (or drain) completely.
+    fn full_bucket_us(&self) -> u128 {
+        ceil_div(u128::from(self.burst) * u128::from(self.period_us), u128::from(self.limit))
+    }
+}
+
+/// The answer to one call: the five integers of the reply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Decision {
+    pub allowed: bool,
+    /// The most units the key can admit at once (limit, or burst).
+    pub limit: u64,
+    /// Units still admissible right now, after this call.
+    pub remaining: u64,
+    /// Milliseconds to wait before acting, rounded up; [`NEVER`] if never.
+    pub retry_after_ms: i64,
+    /// Milliseconds until the key is idle again, rounded up; 0 if it is.
+    pub reset_after_ms: u64,
+}
+
+/// One algorithm's state for one key.
+pub trait Limiter: Default {
+    /// Decides a call asking for `cost` units at `now_us`. The state changes
+    /// only when the call is admitted with `cost > 0`; a denied call or a
+    /// peek (`cost == 0`) leaves it exactly as it was.
+    fn acquire(&mut self, params: &Params, cost: u64, now_us: u64) -> Decision;
+
+    /// The parameters of the last change, for introspection.
+    fn last_params(&self) -> Option<Params>;
+}
+
+pub(crate) fn ceil_div(numerator: u128, denominator: u128) -> u128 {
+    numerator.div_ceil(denominator)
+}
+
+/// Microseconds to whole milliseconds, rounded up (saturating; the bounds
+/// above keep every real value far below `i64::MAX`).
+pub(crate) fn ms_ceil(us: u128) -> u64 {
+    u64::try_from(us.div_ceil(1_000)).unwrap_or(u64::MAX)
+}
+
+pub(crate) fn retry_ms(us: u128) -> i64 {
+    i64::try_from(ms_ceil(us)).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn params_bounds() {
+        let cases: &[(u64, u64, Option<u64>, Result<(), ParamError>)] = &[
+            (1, MIN_PERIOD_US, None, Ok(())),
+            (MAX_LIMIT, MAX_PERIOD_US, None, Ok(())),
+            (0, 1_000_000, None, Err(ParamError::Limit)),
+            (MAX_LIMIT + 1, 1_000_000, None, Err(ParamError::Limit)),
+            (1, MIN_PERIOD_US - 1, None, Err(ParamError::Period)),
+            (1, MAX_PERIOD_US + 1, None, Err(ParamError::Period)),
+            (1, 1_000_000, Some(0), Err(ParamError::Burst)),
+            (1, 1_000_000, Some(MAX_LIMIT + 1), Err(ParamError::Burst)),
+            (1, MAX_PERIOD_US, Some(2), Err(ParamError::BurstTooSlow)),
+            (1, 1_000_000, Some(3650 * 86_400), Ok(())),
+            (1, 1_000_000, Some(3650 * 86_400 + 1), Err(ParamError::BurstTooSlow)),
+            (MAX_LIMIT, MAX_PERIOD_US, Some(MAX_LIMIT), Ok(())),
+        ];
+        for (i, (limit, period, burst, want)) in cases.iter().enumerate() {
+            let got = Params::new(*limit, *period, *burst).map(|_| ());
+            assert_eq!(got, *want, "case {i}");
+        }
+    }
+
+    #[test]
+    fn rounding() {
+        assert_eq!(ms_ceil(0), 0);
+        assert_eq!(ms_ceil(1), 1);
+        assert_eq!(ms_ceil(1_000), 1);
+        assert_eq!(ms_ceil(1_001), 2);
+        assert_eq!(ms_ceil(u128::MAX), u64::MAX);
+    }
+}
