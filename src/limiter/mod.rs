@@ -11,7 +11,7 @@ mod fixed;
 mod sliding;
 mod sliding_log;
 
-pub use bucket::{LeakyBucket, TokenBucket};
+pub use bucket::{Bucket, LeakyBucket, TokenBucket};
 pub use fixed::FixedWindow;
 pub use sliding::SlidingWindow;
 pub use sliding_log::SlidingLog;

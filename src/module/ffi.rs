@@ -1,0 +1,180 @@
+//! Small safe wrappers over the raw module API used on the hot path, so
+//! the handlers read linearly and never allocate to talk to Redis.
+
+use std::ffi::{c_char, c_int, c_void};
+use std::marker::PhantomData;
+
+use redis_module::native_types::RedisType;
+use redis_module::raw;
+
+/// A NUL-terminated literal for the C API.
+macro_rules! cstr {
+    ($s:expr) => {
+        concat!($s, "\0").as_ptr().cast::<std::ffi::c_char>()
+    };
+}
+pub(crate) use cstr;
+
+pub(crate) type Ctx = *mut raw::RedisModuleCtx;
+pub(crate) type RString = *mut raw::RedisModuleString;
+
+pub(crate) const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
+
+/// The bytes of a command argument, valid for the call.
+pub(crate) fn bytes<'a>(s: RString) -> &'a [u8] {
+    let mut len = 0usize;
+    // SAFETY: Redis hands valid strings to command handlers; the pointer
+    // and length describe its buffer for the duration of the call.
+    unsafe {
+        let ptr = raw::RedisModule_StringPtrLen.map_or(std::ptr::null(), |f| f(s, &mut len));
+        if ptr.is_null() {
+            return &[];
+        }
+        std::slice::from_raw_parts(ptr.cast::<u8>(), len)
+    }
+}
+
+/// A key opened for reading and writing, closed on drop.
+pub(crate) struct Key<'a> {
+    ptr: *mut raw::RedisModuleKey,
+    _ctx: PhantomData<&'a ()>,
+}
+
+/// A key's content as one THROTTLE type sees it.
+pub(crate) enum Slot<'a, T> {
+    Empty,
+    Mine(&'a mut T),
+    Other,
+}
+
+impl<'a> Key<'a> {
+    pub(crate) fn open(ctx: Ctx, name: RString) -> Key<'a> {
+        let mode = (raw::KeyMode::READ | raw::KeyMode::WRITE).bits();
+        // SAFETY: ctx and name come from the running command.
+        let ptr = unsafe {
+            raw::RedisModule_OpenKey.map_or(std::ptr::null_mut(), |f| f(ctx, name, mode))
+        };
+        Key { ptr, _ctx: PhantomData }
+    }
+
+    fn is_empty(&self) -> bool {
+        // SAFETY: a null or open key is accepted by KeyType.
+        unsafe { raw::RedisModule_KeyType.map_or(0, |f| f(self.ptr)) == raw::REDISMODULE_KEYTYPE_EMPTY as c_int }
+    }
+
+    pub(crate) fn slot<T>(&self, ty: &RedisType) -> Slot<'a, T> {
+        if self.ptr.is_null() || self.is_empty() {
+            return Slot::Empty;
+        }
+        // SAFETY: the key is open; a value of our type is a Box<T> we set.
+        unsafe {
+            let theirs = raw::RedisModule_ModuleTypeGetType.map_or(std::ptr::null_mut(), |f| f(self.ptr));
+            if theirs.is_null() || theirs != *ty.raw_type.borrow() {
+                return Slot::Other;
+            }
+            let value = raw::RedisModule_ModuleTypeGetValue.map_or(std::ptr::null_mut(), |f| f(self.ptr));
+            match value.cast::<T>().as_mut() {
+                Some(v) => Slot::Mine(v),
+                None => Slot::Other,
+            }
+        }
+    }
+
+    /// Stores `value` as the key's value, replacing what was there.
+    pub(crate) fn set<T>(&self, ty: &RedisType, value: T) -> bool {
+        let boxed = Box::into_raw(Box::new(value)).cast::<c_void>();
+        // SAFETY: Redis takes ownership of the box and frees it through the
+        // type's free callback; on failure we take it back.
+        unsafe {
+            let ok = raw::RedisModule_ModuleTypeSetValue
+                .map_or(raw::REDISMODULE_ERR as c_int, |f| f(self.ptr, *ty.raw_type.borrow(), boxed))
+                == raw::REDISMODULE_OK as c_int;
+            if !ok {
+                drop(Box::from_raw(boxed.cast::<T>()));
+            }
+            ok
+        }
+    }
+
+    pub(crate) fn set_expire_ms(&self, ms: u64) {
+        let ms = i64::try_from(ms).unwrap_or(i64::MAX).max(1);
+        // SAFETY: the key is open for writing and holds a value.
+        unsafe {
+            if let Some(f) = raw::RedisModule_SetExpire {
+                f(self.ptr, ms);
+            }
+        }
+    }
+
+    pub(crate) fn delete(&self) {
+        // SAFETY: the key is open for writing.
+        unsafe {
+            if let Some(f) = raw::RedisModule_DeleteKey {
+                f(self.ptr);
+            }
+        }
+    }
+}
+
+impl Drop for Key<'_> {
+    fn drop(&mut self) {
+        if !self.ptr.is_null() {
+            // SAFETY: opened by us, closed once.
+            unsafe {
+                if let Some(f) = raw::RedisModule_CloseKey {
+                    f(self.ptr);
+                }
+            }
+        }
+    }
+}
+
+pub(crate) fn reply_error(ctx: Ctx, message: &str) {
+    // Redis wants a C string; an error message has no NUL inside.
+    let mut text = Vec::with_capacity(message.len() + 1);
+    text.extend(message.bytes().filter(|&b| b != 0 && b != b'\r' && b != b'\n'));
+    text.push(0);
+    // SAFETY: NUL-terminated buffer alive across the call (Redis copies it).
+    unsafe {
+        if let Some(f) = raw::RedisModule_ReplyWithError {
+            f(ctx, text.as_ptr().cast::<c_char>());
+        }
+    }
+}
+
+pub(crate) fn reply_array(ctx: Ctx, len: usize) {
+    // SAFETY: plain call on the command's context.
+    unsafe {
+        if let Some(f) = raw::RedisModule_ReplyWithArray {
+            f(ctx, len as std::ffi::c_long);
+        }
+    }
+}
+
+pub(crate) fn reply_integer(ctx: Ctx, value: i64) {
+    // SAFETY: plain call on the command's context.
+    unsafe {
+        if let Some(f) = raw::RedisModule_ReplyWithLongLong {
+            f(ctx, value);
+        }
+    }
+}
+
+pub(crate) fn reply_wrong_arity(ctx: Ctx) {
+    // SAFETY: plain call on the command's context.
+    unsafe {
+        if let Some(f) = raw::RedisModule_WrongArity {
+            f(ctx);
+        }
+    }
+}
+
+
+pub(crate) fn reply_simple_ok(ctx: Ctx) {
+    // SAFETY: plain call on the command's context.
+    unsafe {
+        if let Some(f) = raw::RedisModule_ReplyWithSimpleString {
+            f(ctx, cstr!("OK"));
+        }
+    }
+}

@@ -1,0 +1,151 @@
+//! The Redis module: registration and the glue between Redis and the pure
+//! algorithms.
+
+mod alloc;
+mod clock;
+mod commands;
+mod docs;
+mod ffi;
+mod types;
+
+use std::ffi::{c_int, CString};
+
+use redis_module::{raw, redis_module, Context, RedisString, Status};
+
+use crate::args::Algorithm;
+use docs::{ArgDoc, CommandDoc, AT, BURST, COST, EXACT, KEY_ARG, LIMIT, PERIOD};
+use ffi::{Ctx, RString};
+use types::{EXACT_TYPE, FIXED_TYPE, LEAKY_TYPE, SLIDING_TYPE, TOKEN_TYPE};
+
+/// A command handler as Redis calls it, with a panic turned into an error
+/// reply: a panic must never unwind into Redis (that aborts the server).
+macro_rules! handler {
+    ($name:ident, $body:expr) => {
+        extern "C" fn $name(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
+            let args: &[RString] = match usize::try_from(argc) {
+                // SAFETY: Redis passes argc valid strings.
+                Ok(n) if !argv.is_null() => unsafe { std::slice::from_raw_parts(argv, n) },
+                _ => &[],
+            };
+            let run = std::panic::AssertUnwindSafe(|| $body(ctx, args));
+            if std::panic::catch_unwind(run).is_err() {
+                ffi::reply_error(ctx, "ERR internal error in the throttle module; the call changed nothing it reported");
+            }
+            raw::REDISMODULE_OK as c_int
+        }
+    };
+}
+
+handler!(fixed_cmd, |ctx, args| commands::throttle(ctx, args, Algorithm::Fixed));
+handler!(sliding_cmd, |ctx, args| commands::throttle(ctx, args, Algorithm::Sliding));
+handler!(token_cmd, |ctx, args| commands::throttle(ctx, args, Algorithm::Token));
+handler!(leaky_cmd, |ctx, args| commands::throttle(ctx, args, Algorithm::Leaky));
+handler!(load_cmd, types::load_command);
+
+type Handler = extern "C" fn(Ctx, *mut RString, c_int) -> c_int;
+
+struct Command {
+    doc: CommandDoc,
+    handler: Handler,
+    flags: &'static str,
+}
+
+const fn throttle_doc(name: &'static str, summary: &'static str, args: &'static [ArgDoc]) -> CommandDoc {
+    CommandDoc { name, summary, complexity: "O(1)", arity: -4, args }
+}
+
+static COMMANDS: &[Command] = &[
+    Command {
+        doc: throttle_doc(
+            "THROTTLE.FIXED",
+            "Fixed window rate limit: at most `limit` units per window of `period` opened by the first call.",
+            &[KEY_ARG, LIMIT, PERIOD, COST, AT],
+        ),
+        handler: fixed_cmd,
+        flags: "write deny-oom fast",
+    },
+    Command {
+        doc: CommandDoc {
+            complexity: "O(1); with EXACT, O(1) amortized (O(COST) when limited)",
+            ..throttle_doc(
+                "THROTTLE.SLIDING",
+                "Sliding window rate limit: weighted counter, or with EXACT a log of the last `period`.",
+                &[KEY_ARG, LIMIT, PERIOD, COST, AT, EXACT],
+            )
+        },
+        handler: sliding_cmd,
+        flags: "write deny-oom fast",
+    },
+    Command {
+        doc: throttle_doc(
+            "THROTTLE.TOKEN",
+            "Token bucket: `burst` tokens, refilled continuously at `limit` per `period`.",
+            &[KEY_ARG, LIMIT, PERIOD, COST, AT, BURST],
+        ),
+        handler: token_cmd,
+        flags: "write deny-oom fast",
+    },
+    Command {
+        doc: throttle_doc(
+            "THROTTLE.LEAKY",
+            "Leaky bucket: up to `burst` units of queued work, drained at `limit` per `period`.",
+            &[KEY_ARG, LIMIT, PERIOD, COST, AT, BURST],
+        ),
+        handler: leaky_cmd,
+        flags: "write deny-oom fast",
+    },
+    Command {
+        doc: CommandDoc {
+            name: "THROTTLE._LOAD",
+            summary: "Internal: sets a key to a stored THROTTLE state (written by the AOF rewrite).",
+            complexity: "O(N) where N is the number of words",
+            arity: -5,
+            args: &[
+                KEY_ARG,
+                docs::ArgDoc { name: "type", kind: raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING, token: None, optional: false, multiple: false },
+                docs::ArgDoc { name: "version", kind: raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER, token: None, optional: false, multiple: false },
+                docs::ArgDoc { name: "word", kind: raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER, token: None, optional: false, multiple: true },
+            ],
+        },
+        handler: load_cmd,
+        flags: "write deny-oom",
+    },
+];
+
+fn register(ctx: Ctx, command: &Command) -> bool {
+    let (Ok(name), Ok(flags)) = (CString::new(command.doc.name), CString::new(command.flags)) else {
+        return false;
+    };
+    // SAFETY: called from OnLoad with the module's context.
+    let created = unsafe {
+        raw::RedisModule_CreateCommand.map_or(raw::REDISMODULE_ERR as c_int, |f| {
+            f(ctx, name.as_ptr(), Some(command.handler), flags.as_ptr(), 1, 1, 1)
+        })
+    };
+    created == raw::REDISMODULE_OK as c_int && docs::set_command_info(ctx, &command.doc)
+}
+
+fn init(ctx: &Context, _args: &[RedisString]) -> Status {
+    // SAFETY: OnLoad context; lets rdb_load see truncated input as an error
+    // instead of Redis aborting.
+    unsafe {
+        if let Some(set_options) = raw::RedisModule_SetModuleOptions {
+            set_options(ctx.ctx, raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS as c_int);
+        }
+    }
+    for command in COMMANDS {
+        if !register(ctx.ctx, command) {
+            ctx.log_warning(&format!("throttle: could not register {}", command.doc.name));
+            return Status::Err;
+        }
+    }
+    Status::Ok
+}
+
+redis_module! {
+    name: "throttle",
+    version: 1,
+    allocator: (alloc::ModuleAlloc, alloc::ModuleAlloc),
+    data_types: [FIXED_TYPE, SLIDING_TYPE, EXACT_TYPE, TOKEN_TYPE, LEAKY_TYPE],
+    init: init,
+}

@@ -1,0 +1,235 @@
+//! The five data types, one per algorithm (SLIDING's two modes apart), and
+//! their callbacks. Every callback is total: loading validates through the
+//! codec and refuses what it cannot prove sound.
+
+use std::ffi::{c_int, c_void};
+
+use redis_module::native_types::RedisType;
+use redis_module::raw;
+
+use super::ffi::{self, cstr};
+use crate::codec::{Codec, DecodeError, WordSource, ENCODING_VERSION};
+use crate::limiter::{FixedWindow, LeakyBucket, Limiter, SlidingLog, SlidingWindow, TokenBucket};
+
+/// What the module needs of a state to store it in a key.
+pub(crate) trait Stored: Limiter + Codec + Clone + 'static {
+    /// The type's name as `TYPE` shows it (exactly 9 characters).
+    const NAME: &'static str;
+    fn redis_type() -> &'static RedisType;
+    /// Bytes held outside the state itself.
+    fn heap_bytes(&self) -> usize {
+        0
+    }
+}
+
+macro_rules! stored {
+    ($state:ty, $static:ident, $name:literal) => {
+        pub(crate) static $static: RedisType = RedisType::new($name, ENCODING_VERSION, methods::<$state>());
+
+        impl Stored for $state {
+            const NAME: &'static str = $name;
+            fn redis_type() -> &'static RedisType {
+                &$static
+            }
+        }
+    };
+}
+
+stored!(FixedWindow, FIXED_TYPE, "thr-fixed");
+stored!(SlidingWindow, SLIDING_TYPE, "thr-slide");
+stored!(TokenBucket, TOKEN_TYPE, "thr-token");
+stored!(LeakyBucket, LEAKY_TYPE, "thr-leaky");
+
+pub(crate) static EXACT_TYPE: RedisType = RedisType::new("thr-exact", ENCODING_VERSION, methods::<SlidingLog>());
+
+impl Stored for SlidingLog {
+    const NAME: &'static str = "thr-exact";
+    fn redis_type() -> &'static RedisType {
+        &EXACT_TYPE
+    }
+    fn heap_bytes(&self) -> usize {
+        self.log.capacity() * std::mem::size_of::<u64>()
+    }
+}
+
+const fn methods<T: Stored>() -> raw::RedisModuleTypeMethods {
+    raw::RedisModuleTypeMethods {
+        version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
+        rdb_load: Some(rdb_load::<T>),
+        rdb_save: Some(rdb_save::<T>),
+        aof_rewrite: Some(aof_rewrite::<T>),
+        mem_usage: Some(mem_usage::<T>),
+        digest: Some(digest::<T>),
+        free: Some(free::<T>),
+        aux_load: None,
+        aux_save: None,
+        aux_save2: None,
+        aux_save_triggers: 0,
+        free_effort: None,
+        unlink: None,
+        copy: Some(copy::<T>),
+        defrag: None,
+        mem_usage2: None,
+        free_effort2: None,
+        unlink2: None,
+        copy2: None,
+    }
+}
+
+/// Reads words from an RDB stream or a RESTORE payload, stopping at the
+/// first IO error (the module handles IO errors itself).
+struct RdbWords(*mut raw::RedisModuleIO);
+
+impl WordSource for RdbWords {
+    fn word(&mut self) -> Result<u64, DecodeError> {
+        raw::load_unsigned(self.0).map_err(|_| DecodeError::Truncated)
+    }
+}
+
+/// Runs a callback body, turning a panic into `fallback`: a callback must
+/// never unwind into Redis.
+fn guarded<R>(fallback: R, body: impl FnOnce() -> R) -> R {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)).unwrap_or(fallback)
+}
+
+unsafe extern "C" fn rdb_load<T: Stored>(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
+    guarded(std::ptr::null_mut(), || match T::decode(encver, &mut RdbWords(rdb)) {
+        Ok(state) => Box::into_raw(Box::new(state)).cast(),
+        Err(_) => std::ptr::null_mut(),
+    })
+}
+
+unsafe extern "C" fn rdb_save<T: Stored>(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
+    guarded((), || {
+        if let Some(state) = value.cast::<T>().as_ref() {
+            state.encode(&mut |w| raw::save_unsigned(rdb, w));
+        }
+    })
+}
+
+/// Rewrites the key as one `THROTTLE._LOAD key type version word...` call.
+unsafe extern "C" fn aof_rewrite<T: Stored>(
+    aof: *mut raw::RedisModuleIO,
+    key: *mut raw::RedisModuleString,
+    value: *mut c_void,
+) {
+    guarded((), || {
+        let Some(state) = value.cast::<T>().as_ref() else { return };
+        let (Some(create), Some(free), Some(emit)) = (
+            raw::RedisModule_CreateString,
+            raw::RedisModule_FreeString,
+            raw::RedisModule_EmitAOF,
+        ) else {
+            return;
+        };
+        let mut words = Vec::new();
+        state.encode(&mut |w| {
+            let text = w.to_string();
+            words.push(create(std::ptr::null_mut(), text.as_ptr().cast(), text.len()));
+        });
+        let name = format!("{}\0", T::NAME);
+        emit(
+            aof,
+            cstr!("THROTTLE._LOAD"),
+            cstr!("sclv"),
+            key,
+            name.as_ptr(),
+            i64::from(ENCODING_VERSION),
+            words.as_mut_ptr(),
+            words.len(),
+        );
+        for w in words {
+            free(std::ptr::null_mut(), w);
+        }
+    })
+}
+
+unsafe extern "C" fn mem_usage<T: Stored>(value: *const c_void) -> usize {
+    guarded(0, || value.cast::<T>().as_ref().map_or(0, |s| std::mem::size_of::<T>() + s.heap_bytes()))
+}
+
+unsafe extern "C" fn digest<T: Stored>(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
+    guarded((), || {
+        let (Some(state), Some(add), Some(end)) = (
+            value.cast::<T>().as_ref(),
+            raw::RedisModule_DigestAddLongLong,
+            raw::RedisModule_DigestEndSequence,
+        ) else {
+            return;
+        };
+        state.encode(&mut |w| add(md, w as i64));
+        end(md);
+    })
+}
+
+unsafe extern "C" fn free<T: Stored>(value: *mut c_void) {
+    if !value.is_null() {
+        drop(Box::from_raw(value.cast::<T>()));
+    }
+}
+
+unsafe extern "C" fn copy<T: Stored>(
+    _from: *mut raw::RedisModuleString,
+    _to: *mut raw::RedisModuleString,
+    value: *const c_void,
+) -> *mut c_void {
+    guarded(std::ptr::null_mut(), || match value.cast::<T>().as_ref() {
+        Some(state) => Box::into_raw(Box::new(state.clone())).cast(),
+        None => std::ptr::null_mut(),
+    })
+}
+
+/// `THROTTLE._LOAD key type version word...`: sets a key from its stored
+/// form. The AOF rewrite writes it; the decoder validates it like an RDB
+/// value, so a hand-made call cannot plant an unsound state.
+pub(crate) fn load_command(ctx: ffi::Ctx, argv: &[ffi::RString]) {
+    let [_, key, type_name, version, words @ ..] = argv else {
+        return ffi::reply_wrong_arity(ctx);
+    };
+    let version = crate::args::parse_u64(ffi::bytes(*version))
+        .and_then(|v| i32::try_from(v).ok())
+        .unwrap_or(-1);
+    let mut source = words.iter().map(|w| crate::args::parse_u64(ffi::bytes(*w)));
+    let mut words = std::iter::from_fn(|| source.next().flatten());
+    let result = match ffi::bytes(*type_name) {
+        b"thr-fixed" => load_into::<FixedWindow>(ctx, *key, version, &mut words),
+        b"thr-slide" => load_into::<SlidingWindow>(ctx, *key, version, &mut words),
+        b"thr-exact" => load_into::<SlidingLog>(ctx, *key, version, &mut words),
+        b"thr-token" => load_into::<TokenBucket>(ctx, *key, version, &mut words),
+        b"thr-leaky" => load_into::<LeakyBucket>(ctx, *key, version, &mut words),
+        _ => Err("ERR unknown THROTTLE type"),
+    };
+    match result {
+        Ok(()) => ffi::reply_simple_ok(ctx),
+        Err(message) => ffi::reply_error(ctx, message),
+    }
+}
+
+fn load_into<T: Stored>(
+    ctx: ffi::Ctx,
+    key: ffi::RString,
+    version: i32,
+    words: &mut dyn Iterator<Item = u64>,
+) -> Result<(), &'static str> {
+    let state = T::decode(version, &mut WordsLeft(words)).map_err(|_| "ERR invalid THROTTLE state")?;
+    if words.next().is_some() {
+        return Err("ERR invalid THROTTLE state");
+    }
+    let key = ffi::Key::open(ctx, key);
+    key.set(T::redis_type(), state).then_some(()).ok_or("ERR could not store the state")?;
+    // SAFETY: plain call on the command's context.
+    unsafe {
+        if let Some(f) = raw::RedisModule_ReplicateVerbatim {
+            f(ctx);
+        }
+    }
+    Ok(())
+}
+
+struct WordsLeft<'a>(&'a mut dyn Iterator<Item = u64>);
+
+impl WordSource for WordsLeft<'_> {
+    fn word(&mut self) -> Result<u64, DecodeError> {
+        self.0.next().ok_or(DecodeError::Truncated)
+    }
+}
