@@ -10,6 +10,8 @@ mod bucket;
 mod fixed;
 mod sliding;
 mod sliding_log;
+#[cfg(test)]
+mod proptests;
 
 pub use bucket::{Bucket, LeakyBucket, TokenBucket};
 pub use fixed::FixedWindow;

@@ -1,0 +1,43 @@
+# make run   build the module, start redis-server with it, show it working
+# make test  install what is missing, build, run every test
+.PHONY: all deps build run demo test unit integration clippy clean
+
+CARGO   ?= cargo
+MODULE  := target/release/libredis_throttle.so
+PORT    ?= 6399
+APT_PACKAGES := libclang-dev redis-server redis-tools
+
+all: build
+
+# Installs the Debian packages the build and the tests need, when missing.
+deps:
+	@missing=""; \
+	dpkg -s libclang-dev >/dev/null 2>&1 || missing="$$missing libclang-dev"; \
+	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
+	command -v redis-cli >/dev/null 2>&1 || missing="$$missing redis-tools"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	  else \
+	    echo "missing Debian packages:$$missing"; \
+	    echo "install them with: sudo apt-get install -y$$missing"; exit 1; \
+	  fi; \
+	fi
+
+build: deps
+	$(CARGO) build --release
+
+# Starts redis-server with redis.conf.example on 127.0.0.1:$(PORT), runs a
+# short demo through redis-cli, and stays up until Ctrl-C.
+run: build
+	@scripts/run.sh $(PORT)
+
+test: build
+	$(CARGO) test --release --all-targets
+
+clippy:
+	$(CARGO) clippy --all-targets -- -D warnings
+
+clean:
+	$(CARGO) clean

@@ -1,0 +1,204 @@
+//! A real `redis-server` with the freshly built module, on a free loopback
+//! port, stopped when the guard drops.
+
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The module under test: `THROTTLE_MODULE` or the release build.
+pub fn module_path() -> PathBuf {
+    if let Ok(path) = std::env::var("THROTTLE_MODULE") {
+        return PathBuf::from(path);
+    }
+    let target = std::env::var("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"));
+    let path = target.join("release/libredis_throttle.so");
+    assert!(path.exists(), "{} is missing: run `cargo build --release` (make test does)", path.display());
+    path
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
+}
+
+pub struct Server {
+    pub port: u16,
+    pub dir: tempdir::Dir,
+    child: Option<Child>,
+    extra: Vec<String>,
+}
+
+impl Server {
+    /// A server with no persistence, the DEBUG command enabled, the module
+    /// loaded.
+    pub fn start() -> Server {
+        Server::start_with(&[])
+    }
+
+    /// Like [`Server::start`], with more `redis-server` arguments (`--name value` pairs).
+    pub fn start_with(extra: &[&str]) -> Server {
+        let dir = tempdir::Dir::new();
+        let extra = extra.iter().map(|s| s.to_string()).collect();
+        let mut server = Server { port: 0, dir, child: None, extra };
+        server.launch(free_port());
+        server
+    }
+
+    fn launch(&mut self, port: u16) {
+        let mut args: Vec<String> = vec![
+            "--port".into(),
+            port.to_string(),
+            "--bind".into(),
+            "127.0.0.1".into(),
+            "--save".into(),
+            "".into(),
+            "--appendonly".into(),
+            "no".into(),
+            "--enable-debug-command".into(),
+            "local".into(),
+            "--dir".into(),
+            self.dir.path().display().to_string(),
+            "--logfile".into(),
+            "redis.log".into(),
+            "--loadmodule".into(),
+            module_path().display().to_string(),
+        ];
+        // Later arguments win, so callers can override the defaults.
+        args.extend(self.extra.iter().cloned());
+        let child = Command::new("redis-server")
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server on PATH (make test installs it)");
+        self.port = port;
+        self.child = Some(child);
+        self.wait_ready();
+    }
+
+    fn wait_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(mut c) = redis::Client::open(self.url()).and_then(|c| c.get_connection()) {
+                let loading: redis::RedisResult<String> = redis::cmd("PING").query(&mut c);
+                if loading.is_ok() {
+                    return;
+                }
+            }
+            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                panic!("redis-server exited with {status}; log:\n{}", self.log());
+            }
+            assert!(Instant::now() < deadline, "redis-server did not answer; log:\n{}", self.log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    pub fn conn(&self) -> redis::Connection {
+        redis::Client::open(self.url()).and_then(|c| c.get_connection()).expect("connect")
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("redis.log")).unwrap_or_default()
+    }
+
+    /// Stops the server (SHUTDOWN with `how`, e.g. "NOSAVE" or "SAVE") and
+    /// waits for it to exit.
+    pub fn stop(&mut self, how: &str) {
+        if let Some(mut child) = self.child.take() {
+            if let Ok(mut c) = redis::Client::open(self.url()).and_then(|c| c.get_connection()) {
+                let _: redis::RedisResult<()> = redis::cmd("SHUTDOWN").arg(how).query(&mut c);
+            }
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Stops and starts again on the same port and directory, with the same
+    /// arguments: for persistence tests.
+    pub fn restart(&mut self, how: &str) {
+        self.stop(how);
+        let port = self.port;
+        self.launch(port);
+    }
+
+    /// True while the server process is running.
+    pub fn alive(&mut self) -> bool {
+        self.child.as_mut().is_some_and(|c| c.try_wait().ok().flatten().is_none())
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop("NOSAVE");
+    }
+}
+
+/// The five-integer reply.
+pub type Reply = (i64, i64, i64, i64, i64);
+
+/// Runs a raw command given as one space-separated line.
+pub fn call<T: redis::FromRedisValue>(c: &mut redis::Connection, line: &str) -> redis::RedisResult<T> {
+    let mut cmd = redis::cmd(line.split(' ').next().unwrap_or_default());
+    for arg in line.split(' ').skip(1) {
+        cmd.arg(arg);
+    }
+    cmd.query(c)
+}
+
+pub fn throttle(c: &mut redis::Connection, line: &str) -> Reply {
+    let v: Vec<i64> = call(c, line).unwrap_or_else(|e| panic!("{line}: {e}"));
+    assert_eq!(v.len(), 5, "{line}: {v:?}");
+    (v[0], v[1], v[2], v[3], v[4])
+}
+
+/// The error text of a call that must fail.
+pub fn error(c: &mut redis::Connection, line: &str) -> String {
+    match call::<redis::Value>(c, line) {
+        Ok(v) => panic!("{line}: expected an error, got {v:?}"),
+        Err(e) => format!("{} {}", e.code().unwrap_or(""), e.detail().unwrap_or("")).trim().to_string(),
+    }
+}
+
+pub mod tempdir {
+    use std::path::{Path, PathBuf};
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    /// A directory removed on drop.
+    pub struct Dir(PathBuf);
+
+    impl Dir {
+        pub fn new() -> Dir {
+            static NEXT: AtomicU32 = AtomicU32::new(0);
+            let path = std::env::temp_dir().join(format!(
+                "throttle-test-{}-{}",
+                std::process::id(),
+                NEXT.fetch_add(1, Ordering::Relaxed)
+            ));
+            std::fs::create_dir_all(&path).expect("temp dir");
+            Dir(path)
+        }
+
+        pub fn path(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
