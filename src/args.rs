@@ -35,11 +35,27 @@ impl Algorithm {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Call {
     pub params: Params,
-    pub cost: u64,
+    /// Units asked for; negative gives units back (a refund).
+    pub cost: i64,
     /// `AT`: the call's time in Unix µs, or `None` for the server's clock.
     pub at_us: Option<u64>,
     /// `EXACT`: the sliding log instead of the sliding counter.
     pub exact: bool,
+    /// `BLOCK ms`: wait up to this long (0: no limit) for admission.
+    pub block_ms: Option<u64>,
+}
+
+/// Longest `BLOCK` time: 3650 days in milliseconds.
+pub const MAX_BLOCK_MS: u64 = 3650 * 86_400_000;
+
+/// One limit of a `THROTTLE.ALL` call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Spec {
+    pub algorithm: Algorithm,
+    /// Position of the key in the whole argument list (command name = 0).
+    pub key_index: usize,
+    /// The spec's parameters with the call's COST and AT.
+    pub call: Call,
 }
 
 /// A rejected argument. Nothing is changed when a call is rejected.
@@ -50,12 +66,16 @@ pub enum ArgError {
     Period,
     Cost,
     At,
+    Block,
     Burst,
     BurstTooSlow,
     MissingValue(&'static str),
     Repeated(&'static str),
     NotForCommand(&'static str, Algorithm),
     UnknownOption(String),
+    NoSpec,
+    RepeatedKey,
+    OptionInSpec,
 }
 
 impl ArgError {
@@ -67,7 +87,12 @@ impl ArgError {
             ArgError::Period => "ERR invalid period: expected a positive integer with an optional \
                 unit ms, s, m, h or d (bare numbers are seconds), from 1ms to 3650d"
                 .into(),
-            ArgError::Cost => "ERR invalid COST: expected an integer from 0 to 1000000000000000".into(),
+            ArgError::Cost => "ERR invalid COST: expected an integer from -1000000000000000 to \
+                1000000000000000 (negative gives units back)"
+                .into(),
+            ArgError::Block => "ERR invalid BLOCK: expected milliseconds, an integer from 0 (no time-out) \
+                to 315360000000"
+                .into(),
             ArgError::At => "ERR invalid AT: expected Unix time in microseconds, an integer \
                 from 0 to 10000000000000000"
                 .into(),
@@ -81,6 +106,9 @@ impl ArgError {
                 format!("ERR option {option} is not valid for {}", algorithm.command_name()).into()
             }
             ArgError::UnknownOption(token) => format!("ERR unknown option '{token}'").into(),
+            ArgError::NoSpec => "ERR THROTTLE.ALL needs at least one FIXED, SLIDING, TOKEN or LEAKY spec".into(),
+            ArgError::OptionInSpec => "ERR THROTTLE.ALL takes COST and AT before its specs, and no BLOCK".into(),
+            ArgError::RepeatedKey => "ERR THROTTLE.ALL names the same key more than once".into(),
         }
     }
 }
@@ -110,13 +138,17 @@ pub fn parse_call<'a>(
     let mut at_us = None;
     let mut burst = None;
     let mut exact = false;
+    let mut block_ms = None;
     while let Some(token) = args.next() {
         if token.eq_ignore_ascii_case(b"COST") {
             let value = option_value(&mut args, "COST", cost.is_some())?;
-            cost = Some(parse_u64(value).filter(|&c| c <= MAX_LIMIT).ok_or(ArgError::Cost)?);
+            cost = Some(parse_i64(value).filter(|c| c.unsigned_abs() <= MAX_LIMIT).ok_or(ArgError::Cost)?);
         } else if token.eq_ignore_ascii_case(b"AT") {
             let value = option_value(&mut args, "AT", at_us.is_some())?;
             at_us = Some(parse_u64(value).filter(|&t| t <= MAX_TIME_US).ok_or(ArgError::At)?);
+        } else if token.eq_ignore_ascii_case(b"BLOCK") {
+            let value = option_value(&mut args, "BLOCK", block_ms.is_some())?;
+            block_ms = Some(parse_u64(value).filter(|&ms| ms <= MAX_BLOCK_MS).ok_or(ArgError::Block)?);
         } else if token.eq_ignore_ascii_case(b"BURST") {
             if !algorithm.is_bucket() {
                 return Err(ArgError::NotForCommand("BURST", algorithm));
@@ -136,7 +168,72 @@ pub fn parse_call<'a>(
         }
     }
     let params = Params::new(limit, period_us, burst)?;
-    Ok(Call { params, cost: cost.unwrap_or(1), at_us, exact })
+    Ok(Call { params, cost: cost.unwrap_or(1), at_us, exact, block_ms })
+}
+
+/// Parses `THROTTLE.ALL [COST n] [AT µs] spec [spec ...]`, `args` being
+/// the whole argument list (command name first). Each spec is
+/// `FIXED|SLIDING|TOKEN|LEAKY key limit period [BURST b] [EXACT]`.
+pub fn parse_all(args: &[&[u8]]) -> Result<Vec<Spec>, ArgError> {
+    let mut cost = None;
+    let mut at_us = None;
+    let mut i = 1;
+    while let Some(token) = args.get(i) {
+        let mut rest = args.get(i + 1..).unwrap_or_default().iter().copied();
+        if token.eq_ignore_ascii_case(b"COST") {
+            let value = option_value(&mut rest, "COST", cost.is_some())?;
+            cost = Some(parse_i64(value).filter(|c| c.unsigned_abs() <= MAX_LIMIT).ok_or(ArgError::Cost)?);
+        } else if token.eq_ignore_ascii_case(b"AT") {
+            let value = option_value(&mut rest, "AT", at_us.is_some())?;
+            at_us = Some(parse_u64(value).filter(|&t| t <= MAX_TIME_US).ok_or(ArgError::At)?);
+        } else {
+            break;
+        }
+        i += 2;
+    }
+    let mut specs: Vec<Spec> = Vec::new();
+    while let Some(token) = args.get(i) {
+        let algorithm = algorithm_named(token).ok_or_else(|| ArgError::UnknownOption(printable(token)))?;
+        // The spec ends where the next algorithm name starts (after this
+        // spec's key, limit and period, which may look like one).
+        let end = (i + 4..args.len())
+            .find(|&j| args.get(j).is_some_and(|t| algorithm_named(t).is_some()))
+            .unwrap_or(args.len());
+        let fields = args.get(i + 2..end).ok_or(ArgError::WrongArity)?;
+        if fields.len() < 2 {
+            return Err(ArgError::WrongArity);
+        }
+        let call = parse_call(algorithm, fields.iter().copied())?;
+        if call.cost != 1 || call.at_us.is_some() || call.block_ms.is_some() {
+            return Err(ArgError::OptionInSpec);
+        }
+        let key = args.get(i + 1);
+        if specs.iter().any(|s| args.get(s.key_index) == key) {
+            return Err(ArgError::RepeatedKey);
+        }
+        specs.push(Spec {
+            algorithm,
+            key_index: i + 1,
+            call: Call { cost: cost.unwrap_or(1), at_us, ..call },
+        });
+        i = end;
+    }
+    if specs.is_empty() {
+        return Err(ArgError::NoSpec);
+    }
+    Ok(specs)
+}
+
+fn algorithm_named(token: &[u8]) -> Option<Algorithm> {
+    [
+        (&b"FIXED"[..], Algorithm::Fixed),
+        (b"SLIDING", Algorithm::Sliding),
+        (b"TOKEN", Algorithm::Token),
+        (b"LEAKY", Algorithm::Leaky),
+    ]
+    .into_iter()
+    .find(|(name, _)| token.eq_ignore_ascii_case(name))
+    .map(|(_, algorithm)| algorithm)
 }
 
 fn option_value<'a>(
@@ -159,6 +256,14 @@ pub fn parse_u64(bytes: &[u8]) -> Option<u64> {
         let digit = u64::from(b.checked_sub(b'0').filter(|d| *d <= 9)?);
         n.checked_mul(10)?.checked_add(digit)
     })
+}
+
+/// A plain decimal integer with an optional leading `-`.
+pub fn parse_i64(bytes: &[u8]) -> Option<i64> {
+    match bytes.split_first() {
+        Some((b'-', digits)) => parse_u64(digits).and_then(|n| 0i64.checked_sub_unsigned(n)),
+        _ => parse_u64(bytes).and_then(|n| i64::try_from(n).ok()),
+    }
 }
 
 /// `period` in µs: digits with an optional unit (`ms s m h d`, any case);
@@ -229,6 +334,11 @@ mod tests {
         assert_eq!((c.cost, c.at_us, c.exact), (3, Some(5), false));
         let c = parse(Algorithm::Sliding, "20 1 EXACT").unwrap();
         assert_eq!((c.cost, c.at_us, c.exact, c.params.burst()), (1, None, true, 20));
+        let c = parse(Algorithm::Fixed, "20 1 COST -5 block 0").unwrap();
+        assert_eq!((c.cost, c.block_ms), (-5, Some(0)));
+        assert_eq!(parse_i64(b"-0"), Some(0));
+        assert_eq!(parse_i64(b"-9223372036854775808"), Some(i64::MIN));
+        assert_eq!(parse_i64(b"9223372036854775808"), None);
     }
 
     #[test]
@@ -241,8 +351,12 @@ mod tests {
             (Algorithm::Fixed, "1 0", ArgError::Period),
             (Algorithm::Fixed, "1 3651d", ArgError::Period),
             (Algorithm::Fixed, "1 1 COST", ArgError::MissingValue("COST")),
-            (Algorithm::Fixed, "1 1 COST -1", ArgError::Cost),
+            (Algorithm::Fixed, "1 1 COST --1", ArgError::Cost),
             (Algorithm::Fixed, "1 1 COST 1000000000000001", ArgError::Cost),
+            (Algorithm::Fixed, "1 1 COST -1000000000000001", ArgError::Cost),
+            (Algorithm::Fixed, "1 1 BLOCK -1", ArgError::Block),
+            (Algorithm::Fixed, "1 1 BLOCK 315360000001", ArgError::Block),
+            (Algorithm::Fixed, "1 1 BLOCK 1 BLOCK 1", ArgError::Repeated("BLOCK")),
             (Algorithm::Fixed, "1 1 COST 1 COST 1", ArgError::Repeated("COST")),
             (Algorithm::Fixed, "1 1 AT 10000000000000001", ArgError::At),
             (Algorithm::Fixed, "1 1 BURST 5", ArgError::NotForCommand("BURST", Algorithm::Fixed)),
@@ -258,6 +372,40 @@ mod tests {
             assert!(want.message().starts_with("ERR "));
         }
         assert_eq!(printable(b"a\x00\xff"), "a\\x00\\xff");
+    }
+
+    #[test]
+    fn all_specs() {
+        let line = "THROTTLE.ALL COST 2 AT 7 fixed a 10 1s SLIDING b 100 1h EXACT TOKEN c 5 1m BURST 9";
+        let args: Vec<&[u8]> = line.split(' ').map(str::as_bytes).collect();
+        let specs = parse_all(&args).unwrap();
+        let summary: Vec<_> = specs
+            .iter()
+            .map(|s| (s.algorithm, s.key_index, s.call.cost, s.call.at_us, s.call.exact, s.call.params.burst()))
+            .collect();
+        assert_eq!(summary, vec![
+            (Algorithm::Fixed, 6, 2, Some(7), false, 10),
+            (Algorithm::Sliding, 10, 2, Some(7), true, 100),
+            (Algorithm::Token, 15, 2, Some(7), false, 9),
+        ]);
+        // A key may be named like an algorithm: positions decide.
+        let args: Vec<&[u8]> = "THROTTLE.ALL FIXED TOKEN 1 1 LEAKY FIXED 2 2".split(' ').map(str::as_bytes).collect();
+        let specs = parse_all(&args).unwrap();
+        assert_eq!((specs[0].key_index, specs[1].key_index), (2, 6));
+        let bad: &[(&str, ArgError)] = &[
+            ("THROTTLE.ALL", ArgError::NoSpec),
+            ("THROTTLE.ALL COST 1", ArgError::NoSpec),
+            ("THROTTLE.ALL FIXED a 1", ArgError::WrongArity),
+            ("THROTTLE.ALL FIXED a 1 1 FIXED a 2 2", ArgError::RepeatedKey),
+            ("THROTTLE.ALL FIXED a 1 1 BURST 2", ArgError::NotForCommand("BURST", Algorithm::Fixed)),
+            ("THROTTLE.ALL BOGUS a 1 1", ArgError::UnknownOption("BOGUS".into())),
+            ("THROTTLE.ALL COST x FIXED a 1 1", ArgError::Cost),
+            ("THROTTLE.ALL FIXED a 1 1 COST 2", ArgError::OptionInSpec),
+        ];
+        for (line, want) in bad {
+            let args: Vec<&[u8]> = line.split(' ').map(str::as_bytes).collect();
+            assert_eq!(parse_all(&args).as_ref(), Err(want), "{line}");
+        }
         assert_eq!(printable(&[b'x'; 70]).len(), 67);
     }
 }

@@ -8,7 +8,7 @@
 use std::collections::VecDeque;
 
 use crate::limiter::{
-    Bucket, FixedWindow, LeakyBucket, Params, SlidingLog, SlidingWindow, TokenBucket,
+    Bucket, Entry, FixedWindow, LeakyBucket, Params, SlidingLog, SlidingWindow, TokenBucket,
     MAX_LIMIT, MAX_TIME_US,
 };
 
@@ -132,11 +132,13 @@ impl Codec for SlidingWindow {
 
 impl Codec for SlidingLog {
     fn encode(&self, out: &mut dyn FnMut(u64)) {
-        for w in [self.used, self.updated_at_us, self.limit, self.period_us, self.log.len() as u64] {
+        let entries = self.entries().count() as u64;
+        for w in [self.used, self.updated_at_us, self.limit, self.period_us, entries] {
             out(w);
         }
-        for &w in &self.log {
-            out(w);
+        for entry in self.entries() {
+            out(entry.at_us);
+            out(entry.units);
         }
     }
 
@@ -145,36 +147,29 @@ impl Codec for SlidingLog {
         let used = src.word()?;
         let updated_at_us = time(src)?;
         let p = params(src.word()?, src.word()?, None)?;
-        let words = src.word()?;
-        check(used <= p.limit() && words <= used.saturating_mul(2), "log length")?;
+        let entries = src.word()?;
+        check(used <= p.limit() && entries <= used, "log length")?;
         // Reserve no more than a bounded amount up front: the length is
         // untrusted until the words are actually there.
-        let mut log = VecDeque::with_capacity(words.min(4096) as usize);
-        let mut sum = 0u64;
+        let mut log = SlidingLog {
+            log: VecDeque::with_capacity(entries.min(4096) as usize),
+            used: 0,
+            updated_at_us,
+            limit: p.limit(),
+            period_us: p.period_us(),
+        };
         let mut previous_at = None;
-        let mut remaining = words;
-        while remaining > 0 {
-            let stamp = src.word()?;
-            remaining -= 1;
-            let at = stamp >> 1;
-            check(at <= updated_at_us && at + p.period_us() > updated_at_us, "entry time")?;
-            check(previous_at.is_none_or(|prev| prev < at), "entry order")?;
-            previous_at = Some(at);
-            log.push_back(stamp);
-            let units = if stamp & 1 == 0 {
-                1
-            } else {
-                check(remaining > 0, "entry count")?;
-                let units = src.word()?;
-                remaining -= 1;
-                check(units >= 2, "entry count")?;
-                log.push_back(units);
-                units
-            };
-            sum = sum.saturating_add(units);
+        for _ in 0..entries {
+            let at_us = src.word()?;
+            let units = src.word()?;
+            check(at_us <= updated_at_us && at_us + p.period_us() > updated_at_us, "entry time")?;
+            check(previous_at.is_none_or(|prev| prev < at_us), "entry order")?;
+            check(units >= 1 && units <= used - log.used, "entry units")?;
+            previous_at = Some(at_us);
+            log.push_entry(Entry { at_us, units });
         }
-        check(sum == used, "log total")?;
-        Ok(SlidingLog { log, used, updated_at_us, limit: p.limit(), period_us: p.period_us() })
+        check(log.used == used, "log total")?;
+        Ok(log)
     }
 }
 

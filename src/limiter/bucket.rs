@@ -103,6 +103,33 @@ impl Bucket {
         }
     }
 
+    fn refund(&mut self, params: &Params, units: u64, now_us: u64, kind: Kind) -> Decision {
+        let now = now_us.max(self.updated_at_us);
+        let period = u128::from(params.period_us());
+        let level = self.level_at(params, now, kind);
+        let level = level - (u128::from(units) * period).min(level);
+        *self = if level == 0 {
+            Bucket::default()
+        } else {
+            Bucket {
+                level,
+                updated_at_us: now,
+                limit: params.limit(),
+                period_us: params.period_us(),
+                burst: params.burst(),
+            }
+        };
+        let limit = u128::from(params.limit());
+        let capacity = u128::from(params.burst()) * period;
+        Decision {
+            allowed: true,
+            limit: params.burst(),
+            remaining: ((capacity - level) / period) as u64,
+            retry_after_ms: 0,
+            reset_after_ms: ms_ceil(ceil_div(level, limit)),
+        }
+    }
+
     fn last_params(&self) -> Option<Params> {
         Params::new(self.limit, self.period_us, Some(self.burst)).ok()
     }
@@ -113,6 +140,10 @@ impl Limiter for TokenBucket {
         self.0.acquire(params, cost, now_us, Kind::Token)
     }
 
+    fn refund(&mut self, params: &Params, units: u64, now_us: u64) -> Decision {
+        self.0.refund(params, units, now_us, Kind::Token)
+    }
+
     fn last_params(&self) -> Option<Params> {
         self.0.last_params()
     }
@@ -121,6 +152,10 @@ impl Limiter for TokenBucket {
 impl Limiter for LeakyBucket {
     fn acquire(&mut self, params: &Params, cost: u64, now_us: u64) -> Decision {
         self.0.acquire(params, cost, now_us, Kind::Leaky)
+    }
+
+    fn refund(&mut self, params: &Params, units: u64, now_us: u64) -> Decision {
+        self.0.refund(params, units, now_us, Kind::Leaky)
     }
 
     fn last_params(&self) -> Option<Params> {
@@ -213,6 +248,23 @@ mod tests {
         let d = leaky.acquire(&params(10, S, 5), 0, 0);
         assert_eq!((d.remaining, d.reset_after_ms), (0, 500));
         assert_eq!(leaky.acquire(&params(600, 60 * S, 10), 0, 0).remaining, 2);
+    }
+
+    #[test]
+    fn refund_puts_tokens_back_up_to_a_full_bucket() {
+        let p = params(10, S, 5);
+        let mut token = TokenBucket::default();
+        token.acquire(&p, 4, 0);
+        let d = token.refund(&p, 2, 0);
+        assert_eq!((d.allowed, d.remaining, d.reset_after_ms), (true, 3, 200));
+        let d = token.refund(&p, 9, 0);
+        assert_eq!((d.remaining, d.reset_after_ms), (5, 0));
+        assert_eq!(token, TokenBucket::default());
+
+        let mut leaky = LeakyBucket::default();
+        leaky.acquire(&p, 3, 0);
+        let d = leaky.refund(&p, 1, 0);
+        assert_eq!((d.remaining, d.retry_after_ms, d.reset_after_ms), (3, 0, 200));
     }
 
     #[test]

@@ -58,6 +58,32 @@ impl Limiter for FixedWindow {
         }
     }
 
+    fn refund(&mut self, params: &Params, units: u64, now_us: u64) -> Decision {
+        let now = now_us.max(self.updated_at_us);
+        let period = params.period_us();
+        let (start, used) = self.open_window(period, now).unwrap_or((now, 0));
+        let used_after = used - units.min(used);
+        *self = if used_after == 0 {
+            FixedWindow::default()
+        } else {
+            FixedWindow {
+                window_start_us: start,
+                count: used_after,
+                updated_at_us: now,
+                limit: params.limit(),
+                period_us: period,
+            }
+        };
+        let reset_after_ms = if used_after > 0 { ms_ceil(u128::from(start + period - now)) } else { 0 };
+        Decision {
+            allowed: true,
+            limit: params.limit(),
+            remaining: params.limit().saturating_sub(used_after),
+            retry_after_ms: 0,
+            reset_after_ms,
+        }
+    }
+
     fn last_params(&self) -> Option<Params> {
         Params::new(self.limit, self.period_us, None).ok()
     }
@@ -133,6 +159,18 @@ mod tests {
         assert!(d.allowed);
         assert_eq!(d.reset_after_ms, 1000);
         assert_eq!(state.updated_at_us, 5 * S);
+    }
+
+    #[test]
+    fn refund_gives_units_back_but_not_past_idle() {
+        let p = params(5, S);
+        let mut state = FixedWindow::default();
+        state.acquire(&p, 4, 0);
+        let d = state.refund(&p, 2, 100_000);
+        assert_eq!((d.allowed, d.remaining, d.reset_after_ms), (true, 3, 900));
+        let d = state.refund(&p, 10, 200_000);
+        assert_eq!((d.remaining, d.reset_after_ms), (5, 0));
+        assert_eq!(state, FixedWindow::default());
     }
 
     #[test]

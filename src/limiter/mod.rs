@@ -17,6 +17,7 @@ pub use bucket::{Bucket, LeakyBucket, TokenBucket};
 pub use fixed::FixedWindow;
 pub use sliding::SlidingWindow;
 pub use sliding_log::SlidingLog;
+pub(crate) use sliding_log::Entry;
 
 /// Largest `limit`, `BURST` and `COST`: 10^15, so every count is exact in a
 /// double-precision float too (JavaScript and Lua clients read it exactly).
@@ -109,6 +110,11 @@ pub trait Limiter: Default {
     /// only when the call is admitted with `cost > 0`; a denied call or a
     /// peek (`cost == 0`) leaves it exactly as it was.
     fn acquire(&mut self, params: &Params, cost: u64, now_us: u64) -> Decision;
+
+    /// Gives `units` back at `now_us`: the state moves towards idle, never
+    /// past it. Always admitted; a reply with `reset_after_ms == 0` means
+    /// the key is idle and can be deleted.
+    fn refund(&mut self, params: &Params, units: u64, now_us: u64) -> Decision;
 
     /// The parameters of the last change, for introspection.
     fn last_params(&self) -> Option<Params>;

@@ -54,6 +54,24 @@ impl SlidingWindow {
 }
 
 impl View {
+    fn decision(&self, allowed: bool, limit: u64, period: u64, retry_after_ms: i64) -> Decision {
+        let capacity = u128::from(limit) * u128::from(period);
+        let reset_after_us = if self.current > 0 {
+            2 * period - self.elapsed
+        } else if self.previous > 0 {
+            period - self.elapsed
+        } else {
+            0
+        };
+        Decision {
+            allowed,
+            limit,
+            remaining: (capacity.saturating_sub(self.weighted(period)) / u128::from(period)) as u64,
+            retry_after_ms,
+            reset_after_ms: ms_ceil(u128::from(reset_after_us)),
+        }
+    }
+
     fn weighted(&self, period: u64) -> u128 {
         u128::from(self.previous) * u128::from(period - self.elapsed)
             + u128::from(self.current) * u128::from(period)
@@ -90,12 +108,22 @@ impl Limiter for SlidingWindow {
         let capacity = u128::from(limit) * p;
         let weighted = view.weighted(period);
         let allowed = weighted + u128::from(cost) * p <= capacity;
+        // Until a call is admitted under a new period, the stored counts
+        // keep decaying under their own period (each call carries them over
+        // afresh), so a call that changes nothing waits on that view.
+        let stored = (period != self.period_us && (self.current > 0 || self.previous > 0))
+            .then(|| (self.view(self.period_us, now), self.period_us));
         let retry_after_ms = if allowed {
             0
         } else if cost > limit {
             NEVER
         } else {
-            super::retry_ms(view.wait_us(limit, period, cost))
+            super::retry_ms(match &stored {
+                // Fits exactly when `ceil(estimate) + cost <= limit`, that is
+                // when the stored view fits `cost` under its own period.
+                Some((old, old_period)) => old.wait_us(limit, *old_period, cost),
+                None => view.wait_us(limit, period, cost),
+            })
         };
         if allowed && cost > 0 {
             view.current += cost;
@@ -108,21 +136,34 @@ impl Limiter for SlidingWindow {
                 period_us: period,
             };
         }
-        let weighted_after = view.weighted(period);
-        let reset_after_us = if view.current > 0 {
-            2 * period - view.elapsed
-        } else if view.previous > 0 {
-            period - view.elapsed
-        } else {
-            0
-        };
-        Decision {
-            allowed,
-            limit,
-            remaining: (capacity.saturating_sub(weighted_after) / p) as u64,
-            retry_after_ms,
-            reset_after_ms: ms_ceil(u128::from(reset_after_us)),
+        let mut decision = view.decision(allowed, limit, period, retry_after_ms);
+        if let (false, Some((old, old_period))) = (allowed && cost > 0, &stored) {
+            decision.reset_after_ms = old.decision(allowed, limit, *old_period, 0).reset_after_ms;
         }
+        decision
+    }
+
+    /// Takes units from the current window first, then the previous one.
+    fn refund(&mut self, params: &Params, units: u64, now_us: u64) -> Decision {
+        let now = now_us.max(self.updated_at_us);
+        let period = params.period_us();
+        let mut view = self.view(period, now);
+        let from_current = units.min(view.current);
+        view.current -= from_current;
+        view.previous -= (units - from_current).min(view.previous);
+        *self = if view.current == 0 && view.previous == 0 {
+            SlidingWindow::default()
+        } else {
+            SlidingWindow {
+                window_start_us: view.window_start,
+                previous: view.previous,
+                current: view.current,
+                updated_at_us: now,
+                limit: params.limit(),
+                period_us: period,
+            }
+        };
+        view.decision(true, params.limit(), period, 0)
     }
 
     fn last_params(&self) -> Option<Params> {
@@ -204,6 +245,20 @@ mod tests {
         // evenly, so one unit frees up per 1/20 of the period: 50, 100 and
         // 150 ms into the new window.
         assert_eq!(edge, 3);
+    }
+
+    #[test]
+    fn refund_takes_from_the_current_window_first() {
+        let p = params(10, S);
+        let mut state = SlidingWindow::default();
+        state.acquire(&p, 6, 500_000);
+        state.acquire(&p, 3, 1_000_000);
+        // previous 6 weighs fully at the window start: 9 used.
+        let d = state.refund(&p, 4, 1_000_000);
+        assert_eq!((state.previous, state.current, d.remaining), (5, 0, 5));
+        let d = state.refund(&p, 9, 1_000_000);
+        assert_eq!((d.remaining, d.reset_after_ms), (10, 0));
+        assert_eq!(state, SlidingWindow::default());
     }
 
     #[test]

@@ -6,9 +6,10 @@ use super::{ms_ceil, Decision, Limiter, Params, NEVER};
 /// interval of one `period`, at most `limit` units are admitted.
 ///
 /// The log is a queue of 64-bit words in time order. A call of one unit
-/// costs one word, its time shifted left by one; a call of more units sets
-/// the low bit and adds a second word with the count. Calls at the same
-/// microsecond share an entry.
+/// costs one word, its time; a call of more units adds a second word, the
+/// count tagged with the top bit (times stay below 2^54), so the log reads
+/// unambiguously from either end. Calls at the same microsecond share an
+/// entry.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SlidingLog {
     pub(crate) log: VecDeque<u64>,
@@ -19,7 +20,11 @@ pub struct SlidingLog {
     pub(crate) period_us: u64,
 }
 
-const HAS_COUNT: u64 = 1;
+const COUNT_TAG: u64 = 1 << 63;
+
+fn is_count(word: u64) -> bool {
+    word & COUNT_TAG != 0
+}
 
 /// One decoded log entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -28,25 +33,63 @@ pub(crate) struct Entry {
     pub(crate) units: u64,
 }
 
-/// Walks a log's words as entries; `None` ends it, including at a flagged
-/// word with no count after it (which the codec never accepts).
+/// Walks a log's words as entries.
 pub(crate) struct Entries<'a> {
-    words: std::collections::vec_deque::Iter<'a, u64>,
+    words: std::iter::Peekable<std::collections::vec_deque::Iter<'a, u64>>,
 }
 
 impl Iterator for Entries<'_> {
     type Item = Entry;
 
     fn next(&mut self) -> Option<Entry> {
-        let word = *self.words.next()?;
-        let units = if word & HAS_COUNT == 0 { 1 } else { *self.words.next()? };
-        Some(Entry { at_us: word >> 1, units })
+        let at_us = *self.words.next()?;
+        let units = match self.words.next_if(|w| is_count(**w)) {
+            Some(count) => count & !COUNT_TAG,
+            None => 1,
+        };
+        Some(Entry { at_us, units })
     }
 }
 
 impl SlidingLog {
+    /// Builds a log from entries in strictly increasing time order (the
+    /// codec checks the order, the units and the total).
+    pub(crate) fn push_entry(&mut self, entry: Entry) {
+        self.log.push_back(entry.at_us);
+        if entry.units > 1 {
+            self.log.push_back(entry.units | COUNT_TAG);
+        }
+        self.used += entry.units;
+    }
+
+    fn decision(&self, allowed: bool, limit: u64, period: u64, now: u64, used: u64, retry_after_ms: i64) -> Decision {
+        let reset_after_ms = match self.newest() {
+            Some(entry) if used > 0 => ms_ceil(u128::from(entry.at_us + period - now)),
+            _ => 0,
+        };
+        Decision { allowed, limit, remaining: limit.saturating_sub(used), retry_after_ms, reset_after_ms }
+    }
+
     pub(crate) fn entries(&self) -> Entries<'_> {
-        Entries { words: self.log.iter() }
+        Entries { words: self.log.iter().peekable() }
+    }
+
+    /// The newest entry, read from the back.
+    fn newest(&self) -> Option<Entry> {
+        let len = self.log.len();
+        let last = *self.log.back()?;
+        if is_count(last) {
+            let at_us = *self.log.get(len.checked_sub(2)?)?;
+            Some(Entry { at_us, units: last & !COUNT_TAG })
+        } else {
+            Some(Entry { at_us: last, units: 1 })
+        }
+    }
+
+    fn pop_newest(&mut self) {
+        if self.log.pop_back().is_some_and(is_count) {
+            self.log.pop_back();
+        }
     }
 
     /// Units in entries that have left the window `(now - period, now]`.
@@ -59,44 +102,31 @@ impl SlidingLog {
     }
 
     fn drop_expired(&mut self, period: u64, now: u64) {
-        while let Some(&word) = self.log.front() {
-            if (word >> 1).saturating_add(period) > now {
+        while let Some(&at_us) = self.log.front() {
+            if at_us.saturating_add(period) > now {
                 break;
             }
             self.log.pop_front();
-            let units = if word & HAS_COUNT == 0 { 1 } else { self.log.pop_front().unwrap_or(0) };
+            let units = match self.log.front() {
+                Some(&w) if is_count(w) => {
+                    self.log.pop_front();
+                    w & !COUNT_TAG
+                }
+                _ => 1,
+            };
             self.used = self.used.saturating_sub(units);
         }
     }
 
     fn push(&mut self, now: u64, units: u64) {
-        self.used += units;
-        let len = self.log.len();
-        // Same microsecond as the newest entry: add to it.
-        if let Some(&last) = self.log.back() {
-            if last >> 1 == now && last & HAS_COUNT == 0 {
-                if let Some(slot) = self.log.back_mut() {
-                    *slot |= HAS_COUNT;
-                }
-                self.log.push_back(1 + units);
-                return;
+        match self.newest() {
+            // Same microsecond as the newest entry: add to it.
+            Some(newest) if newest.at_us == now => {
+                self.pop_newest();
+                self.used -= newest.units;
+                self.push_entry(Entry { at_us: now, units: newest.units + units });
             }
-            if len >= 2 {
-                if let Some(&stamp) = self.log.get(len - 2) {
-                    if stamp & HAS_COUNT != 0 && stamp >> 1 == now {
-                        if let Some(count) = self.log.back_mut() {
-                            *count += units;
-                        }
-                        return;
-                    }
-                }
-            }
-        }
-        if units == 1 {
-            self.log.push_back(now << 1);
-        } else {
-            self.log.push_back(now << 1 | HAS_COUNT);
-            self.log.push_back(units);
+            _ => self.push_entry(Entry { at_us: now, units }),
         }
     }
 
@@ -137,18 +167,34 @@ impl Limiter for SlidingLog {
             self.period_us = period;
         }
         let used_after = if allowed { used + cost } else { used };
-        let newest = self.entries().last().map(|e| e.at_us);
-        let reset_after_ms = match newest {
-            Some(at) if used_after > 0 => ms_ceil(u128::from(at + period - now)),
-            _ => 0,
-        };
-        Decision {
-            allowed,
-            limit,
-            remaining: limit.saturating_sub(used_after),
-            retry_after_ms,
-            reset_after_ms,
+        self.decision(allowed, limit, period, now, used_after, retry_after_ms)
+    }
+
+    /// Removes the newest units first: a refund returns what was reserved
+    /// last.
+    fn refund(&mut self, params: &Params, units: u64, now_us: u64) -> Decision {
+        let now = now_us.max(self.updated_at_us);
+        let period = params.period_us();
+        self.drop_expired(period, now);
+        let mut left = units.min(self.used);
+        while left > 0 {
+            let Some(newest) = self.newest() else { break };
+            let taken = left.min(newest.units);
+            left -= taken;
+            self.pop_newest();
+            self.used -= newest.units;
+            if taken < newest.units {
+                self.push_entry(Entry { at_us: newest.at_us, units: newest.units - taken });
+            }
         }
+        if self.used == 0 {
+            *self = SlidingLog::default();
+        } else {
+            self.updated_at_us = now;
+            self.limit = params.limit();
+            self.period_us = period;
+        }
+        self.decision(true, params.limit(), period, now, self.used, 0)
     }
 
     fn last_params(&self) -> Option<Params> {
@@ -229,6 +275,22 @@ mod tests {
         let late = (0..20).filter(|i| state.acquire(&p, 1, 500_000 + i * 20_000).allowed).count();
         let edge = (0..20).filter(|i| state.acquire(&p, 1, S + i * 10_000).allowed).count();
         assert_eq!((late, edge), (20, 0));
+    }
+
+    #[test]
+    fn refund_removes_the_newest_units() {
+        let p = params(10, S);
+        let mut state = SlidingLog::default();
+        state.acquire(&p, 1, 0);
+        state.acquire(&p, 3, 100);
+        state.acquire(&p, 1, 200);
+        let d = state.refund(&p, 3, 300);
+        let entries: Vec<_> = state.entries().map(|e| (e.at_us, e.units)).collect();
+        assert_eq!(entries, vec![(0, 1), (100, 1)]);
+        assert_eq!((d.allowed, d.remaining, state.used), (true, 8, 2));
+        let d = state.refund(&p, 5, 400);
+        assert_eq!((d.remaining, d.reset_after_ms), (10, 0));
+        assert_eq!(state, SlidingLog::default());
     }
 
     #[test]

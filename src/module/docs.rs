@@ -24,7 +24,18 @@ pub(crate) struct CommandDoc {
     pub complexity: &'static str,
     pub arity: c_int,
     pub args: &'static [ArgDoc],
+    /// The key spec's flags for the one key at argument 1, or `None` for a
+    /// command whose keys the module reports itself (getkeys-api).
+    pub key_flags: Option<u32>,
 }
+
+/// Read, then updated in place: the THROTTLE commands.
+pub(crate) const KEY_UPDATED: Option<u32> =
+    Some(raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE);
+/// Only read.
+pub(crate) const KEY_READ: Option<u32> = Some(raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS);
+/// Replaced whole: THROTTLE._LOAD.
+pub(crate) const KEY_OVERWRITTEN: Option<u32> = Some(raw::REDISMODULE_CMD_KEY_OW | raw::REDISMODULE_CMD_KEY_UPDATE);
 
 const fn arg(name: &'static str, kind: raw::RedisModuleCommandArgType) -> ArgDoc {
     ArgDoc { name, kind, token: None, optional: false, multiple: false }
@@ -90,7 +101,10 @@ pub(crate) fn set_command_info(ctx: Ctx, doc: &CommandDoc) -> bool {
             })
             .collect();
         args.push(std::mem::zeroed());
-        let mut key_specs = [key_spec(), std::mem::zeroed()];
+        let mut key_specs = [std::mem::zeroed(), std::mem::zeroed()];
+        if let Some(flags) = doc.key_flags {
+            key_specs[0] = key_spec(flags);
+        }
         let version = raw::RedisModuleCommandInfoVersion {
             version: 1,
             sizeof_historyentry: std::mem::size_of::<raw::RedisModuleCommandHistoryEntry>(),
@@ -112,11 +126,11 @@ pub(crate) fn set_command_info(ctx: Ctx, doc: &CommandDoc) -> bool {
     }
 }
 
-/// The one key, at argument 1, read and updated.
-fn key_spec() -> raw::RedisModuleCommandKeySpec {
+/// The one key, at argument 1.
+fn key_spec(flags: u32) -> raw::RedisModuleCommandKeySpec {
     raw::RedisModuleCommandKeySpec {
         notes: null(),
-        flags: u64::from(raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE),
+        flags: u64::from(flags),
         begin_search_type: raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX,
         bs: raw::RedisModuleCommandKeySpec__bindgen_ty_1 {
             index: raw::RedisModuleCommandKeySpec__bindgen_ty_1__bindgen_ty_1 { pos: 1 },

@@ -178,3 +178,50 @@ pub(crate) fn reply_simple_ok(ctx: Ctx) {
         }
     }
 }
+
+pub(crate) fn reply_map(ctx: Ctx, len: usize) {
+    // SAFETY: plain call on the command's context (RESP2 clients get a
+    // flat array of twice the length).
+    unsafe {
+        if let Some(f) = raw::RedisModule_ReplyWithMap {
+            f(ctx, len as std::ffi::c_long);
+        }
+    }
+}
+
+/// A simple string from a NUL-terminated literal (see `cstr!`).
+pub(crate) fn reply_simple(ctx: Ctx, text: *const c_char) {
+    // SAFETY: callers pass NUL-terminated literals.
+    unsafe {
+        if let Some(f) = raw::RedisModule_ReplyWithSimpleString {
+            f(ctx, text);
+        }
+    }
+}
+
+pub(crate) fn reply_bool(ctx: Ctx, value: bool) {
+    // SAFETY: plain call on the command's context.
+    unsafe {
+        if let Some(f) = raw::RedisModule_ReplyWithBool {
+            f(ctx, c_int::from(value));
+        }
+    }
+}
+
+pub(crate) fn reply_null(ctx: Ctx) {
+    // SAFETY: plain call on the command's context.
+    unsafe {
+        if let Some(f) = raw::RedisModule_ReplyWithNull {
+            f(ctx);
+        }
+    }
+}
+
+pub(crate) fn reply_string(ctx: Ctx, text: &[u8]) {
+    // SAFETY: Redis copies the buffer.
+    unsafe {
+        if let Some(f) = raw::RedisModule_ReplyWithStringBuffer {
+            f(ctx, text.as_ptr().cast::<c_char>(), text.len());
+        }
+    }
+}

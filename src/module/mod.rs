@@ -2,10 +2,15 @@
 //! algorithms.
 
 mod alloc;
+mod all;
+mod block;
 mod clock;
 mod commands;
+mod describe;
 mod docs;
 mod ffi;
+mod reply;
+mod stats;
 mod types;
 
 use std::ffi::{c_int, CString};
@@ -13,7 +18,7 @@ use std::ffi::{c_int, CString};
 use redis_module::{raw, redis_module, Context, RedisString, Status};
 
 use crate::args::Algorithm;
-use docs::{ArgDoc, CommandDoc, AT, BURST, COST, EXACT, KEY_ARG, LIMIT, PERIOD};
+use docs::{ArgDoc, CommandDoc, AT, BURST, COST, EXACT, KEY_ARG, KEY_OVERWRITTEN, KEY_READ, KEY_UPDATED, LIMIT, PERIOD};
 use ffi::{Ctx, RString};
 use types::{EXACT_TYPE, FIXED_TYPE, LEAKY_TYPE, SLIDING_TYPE, TOKEN_TYPE};
 
@@ -41,6 +46,8 @@ handler!(sliding_cmd, |ctx, args| commands::throttle(ctx, args, Algorithm::Slidi
 handler!(token_cmd, |ctx, args| commands::throttle(ctx, args, Algorithm::Token));
 handler!(leaky_cmd, |ctx, args| commands::throttle(ctx, args, Algorithm::Leaky));
 handler!(load_cmd, types::load_command);
+handler!(all_cmd, all::throttle_all);
+handler!(info_cmd, describe::info);
 
 type Handler = extern "C" fn(Ctx, *mut RString, c_int) -> c_int;
 
@@ -51,7 +58,7 @@ struct Command {
 }
 
 const fn throttle_doc(name: &'static str, summary: &'static str, args: &'static [ArgDoc]) -> CommandDoc {
-    CommandDoc { name, summary, complexity: "O(1)", arity: -4, args }
+    CommandDoc { name, summary, complexity: "O(1)", arity: -4, args, key_flags: KEY_UPDATED }
 }
 
 static COMMANDS: &[Command] = &[
@@ -96,6 +103,30 @@ static COMMANDS: &[Command] = &[
     },
     Command {
         doc: CommandDoc {
+            name: "THROTTLE.ALL",
+            summary: "Checks several limits atomically: admitted only if every limit admits, then all consume.",
+            complexity: "O(N) where N is the number of limits",
+            arity: -5,
+            args: &[COST, AT, ArgDoc { name: "spec", kind: raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING, token: None, optional: false, multiple: true }],
+            key_flags: None,
+        },
+        handler: all_cmd,
+        flags: "write deny-oom fast getkeys-api",
+    },
+    Command {
+        doc: CommandDoc {
+            name: "THROTTLE.INFO",
+            summary: "Describes a limiter key: algorithm, parameters of its last change, remaining and reset_after now.",
+            complexity: "O(1); O(N) for SLIDING EXACT where N is the log length",
+            arity: -2,
+            args: &[KEY_ARG, AT],
+            key_flags: KEY_READ,
+        },
+        handler: info_cmd,
+        flags: "readonly fast",
+    },
+    Command {
+        doc: CommandDoc {
             name: "THROTTLE._LOAD",
             summary: "Internal: sets a key to a stored THROTTLE state (written by the AOF rewrite).",
             complexity: "O(N) where N is the number of words",
@@ -106,6 +137,7 @@ static COMMANDS: &[Command] = &[
                 docs::ArgDoc { name: "version", kind: raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER, token: None, optional: false, multiple: false },
                 docs::ArgDoc { name: "word", kind: raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER, token: None, optional: false, multiple: true },
             ],
+            key_flags: KEY_OVERWRITTEN,
         },
         handler: load_cmd,
         flags: "write deny-oom",
@@ -117,9 +149,10 @@ fn register(ctx: Ctx, command: &Command) -> bool {
         return false;
     };
     // SAFETY: called from OnLoad with the module's context.
+    let first_key = c_int::from(command.doc.key_flags.is_some());
     let created = unsafe {
         raw::RedisModule_CreateCommand.map_or(raw::REDISMODULE_ERR as c_int, |f| {
-            f(ctx, name.as_ptr(), Some(command.handler), flags.as_ptr(), 1, 1, 1)
+            f(ctx, name.as_ptr(), Some(command.handler), flags.as_ptr(), first_key, first_key, first_key)
         })
     };
     created == raw::REDISMODULE_OK as c_int && docs::set_command_info(ctx, &command.doc)
@@ -131,6 +164,12 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     unsafe {
         if let Some(set_options) = raw::RedisModule_SetModuleOptions {
             set_options(ctx.ctx, raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS as c_int);
+        }
+    }
+    // SAFETY: OnLoad context; replaces the crate's default INFO handler.
+    unsafe {
+        if let Some(register_info) = raw::RedisModule_RegisterInfoFunc {
+            register_info(ctx.ctx, Some(stats::info));
         }
     }
     for command in COMMANDS {

@@ -1,0 +1,119 @@
+//! `THROTTLE.ALL [COST n] [AT µs] spec [spec ...]`: several limits checked
+//! atomically, all or nothing.
+
+use std::ffi::c_int;
+
+use redis_module::raw;
+
+use super::commands::{run_on_key, settle, CommandError, Mode, Outcome};
+use super::ffi::{self, cstr, Ctx, Key, RString};
+use super::stats::{self, Counter};
+use crate::args::{parse_all, Spec};
+
+pub(crate) fn throttle_all(ctx: Ctx, argv: &[RString]) {
+    // SAFETY: plain call on the command's context.
+    if unsafe { raw::RedisModule_IsKeysPositionRequest.is_some_and(|f| f(ctx) != 0) } {
+        return report_keys(ctx, argv);
+    }
+    stats::ALL.add(Counter::Calls);
+    match run(ctx, argv) {
+        Ok((allowed, outcomes)) => {
+            stats::ALL.add(if allowed { Counter::Admitted } else { Counter::Limited });
+            ffi::reply_array(ctx, outcomes.len() + 1);
+            if super::reply::resp3(ctx) {
+                ffi::reply_bool(ctx, allowed);
+            } else {
+                ffi::reply_integer(ctx, i64::from(allowed));
+            }
+            for outcome in &outcomes {
+                super::reply::decision(ctx, &outcome.decision);
+            }
+        }
+        Err(e) => e.reply(ctx),
+    }
+}
+
+fn parse(argv: &[RString]) -> Result<Vec<Spec>, CommandError> {
+    let args: Vec<&[u8]> = argv.iter().map(|s| ffi::bytes(*s)).collect();
+    Ok(parse_all(&args)?)
+}
+
+/// Checks every limit without changing anything; only if all admit, runs
+/// them for real. Propagates one `THROTTLE.ALL COST n AT t spec...`.
+fn run(ctx: Ctx, argv: &[RString]) -> Result<(bool, Vec<Outcome>), CommandError> {
+    let specs = parse(argv)?;
+    let Some(first) = specs.first() else { return Ok((true, Vec::new())) };
+    let (cost, now_us) = (first.call.cost, first.call.at_us.unwrap_or_else(super::clock::now_us));
+    let mut keys = Vec::with_capacity(specs.len());
+    let mut trial = Vec::with_capacity(specs.len());
+    for spec in &specs {
+        let name = argv.get(spec.key_index).copied().ok_or(CommandError::from(crate::args::ArgError::WrongArity))?;
+        let key = Key::open(ctx, name);
+        trial.push(run_on_key(&key, spec.algorithm, &spec.call, now_us, Mode::DryRun)?);
+        keys.push(key);
+    }
+    let allowed = trial.iter().all(|o| o.decision.allowed);
+    if cost == 0 {
+        return Ok((allowed, trial));
+    }
+    if !allowed {
+        // Nothing is consumed: a limit that would admit shows its state as
+        // it stands (a peek), with its own verdict.
+        for ((spec, key), outcome) in specs.iter().zip(&keys).zip(trial.iter_mut()) {
+            if outcome.decision.allowed {
+                let peek = crate::args::Call { cost: 0, ..spec.call };
+                outcome.decision = run_on_key(key, spec.algorithm, &peek, now_us, Mode::DryRun)?.decision;
+            }
+        }
+        return Ok((false, trial));
+    }
+    let mut outcomes = Vec::with_capacity(specs.len());
+    for (spec, key) in specs.iter().zip(&keys) {
+        let outcome = run_on_key(key, spec.algorithm, &spec.call, now_us, Mode::Apply)?;
+        if outcome.changed {
+            settle(key, &outcome);
+        }
+        outcomes.push(outcome);
+    }
+    drop(keys);
+    if outcomes.iter().any(|o| o.changed) {
+        propagate(ctx, argv, &specs, cost, now_us);
+    }
+    Ok((true, outcomes))
+}
+
+fn propagate(ctx: Ctx, argv: &[RString], specs: &[Spec], cost: i64, now_us: u64) {
+    // The specs start one before the first key.
+    let Some(start) = specs.first().map(|s| s.key_index - 1) else { return };
+    let Some(rest) = argv.get(start..) else { return };
+    // SAFETY: format letters match: c = C string, l = long long,
+    // v = array of RedisModuleString and its length.
+    unsafe {
+        if let Some(replicate) = raw::RedisModule_Replicate {
+            replicate(
+                ctx,
+                cstr!("THROTTLE.ALL"),
+                cstr!("clclv"),
+                cstr!("COST"),
+                cost,
+                cstr!("AT"),
+                now_us as i64,
+                rest.as_ptr(),
+                rest.len(),
+            );
+        }
+    }
+}
+
+/// `COMMAND GETKEYS` and cluster routing ask where the keys are.
+fn report_keys(ctx: Ctx, argv: &[RString]) {
+    let Ok(specs) = parse(argv) else { return };
+    for spec in specs {
+        // SAFETY: plain call on a keys-position request context.
+        unsafe {
+            if let Some(key_at) = raw::RedisModule_KeyAtPos {
+                key_at(ctx, spec.key_index as c_int);
+            }
+        }
+    }
+}

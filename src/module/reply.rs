@@ -1,0 +1,38 @@
+//! Replies: the five-integer array, or a map for RESP3 clients.
+
+use std::ffi::c_int;
+
+use redis_module::raw;
+
+use super::ffi::{self, cstr, Ctx};
+use crate::limiter::Decision;
+
+/// True when the calling client said `HELLO 3`.
+pub(crate) fn resp3(ctx: Ctx) -> bool {
+    // SAFETY: plain call on a live context.
+    let flags = unsafe { raw::RedisModule_GetContextFlags.map_or(0, |f| f(ctx)) };
+    flags & raw::REDISMODULE_CTX_FLAGS_RESP3 as c_int != 0
+}
+
+pub(crate) fn decision(ctx: Ctx, d: &Decision) {
+    if resp3(ctx) {
+        ffi::reply_map(ctx, 5);
+        ffi::reply_simple(ctx, cstr!("allowed"));
+        ffi::reply_bool(ctx, d.allowed);
+        ffi::reply_simple(ctx, cstr!("limit"));
+        ffi::reply_integer(ctx, d.limit as i64);
+        ffi::reply_simple(ctx, cstr!("remaining"));
+        ffi::reply_integer(ctx, d.remaining as i64);
+        ffi::reply_simple(ctx, cstr!("retry_after"));
+        ffi::reply_integer(ctx, d.retry_after_ms);
+        ffi::reply_simple(ctx, cstr!("reset_after"));
+        ffi::reply_integer(ctx, d.reset_after_ms as i64);
+    } else {
+        ffi::reply_array(ctx, 5);
+        ffi::reply_integer(ctx, i64::from(d.allowed));
+        ffi::reply_integer(ctx, d.limit as i64);
+        ffi::reply_integer(ctx, d.remaining as i64);
+        ffi::reply_integer(ctx, d.retry_after_ms);
+        ffi::reply_integer(ctx, d.reset_after_ms as i64);
+    }
+}
