@@ -6,6 +6,7 @@ mod all;
 mod block;
 mod clock;
 mod commands;
+mod config;
 mod describe;
 mod docs;
 mod ffi;
@@ -155,10 +156,66 @@ fn register(ctx: Ctx, command: &Command) -> bool {
             f(ctx, name.as_ptr(), Some(command.handler), flags.as_ptr(), first_key, first_key, first_key)
         })
     };
-    created == raw::REDISMODULE_OK as c_int && docs::set_command_info(ctx, &command.doc)
+    created == raw::REDISMODULE_OK as c_int
+        && docs::set_command_info(ctx, &command.doc)
+        && set_acl_categories(ctx, &name, command.flags)
 }
 
-fn init(ctx: &Context, _args: &[RedisString]) -> Status {
+/// Servers with module ACL categories (7.2+) get `@write`/`@read`,
+/// `@fast` and, where modules may add categories, `@throttle`. On 7.0
+/// module commands have no categories: grant them by name (README).
+fn set_acl_categories(ctx: Ctx, name: &CString, flags: &str) -> bool {
+    // SAFETY: called from OnLoad with the module's context; the strings
+    // outlive the calls.
+    unsafe {
+        let (Some(get_command), Some(set_categories)) =
+            (raw::RedisModule_GetCommand, raw::RedisModule_SetCommandACLCategories)
+        else {
+            return true;
+        };
+        let command = get_command(ctx, name.as_ptr());
+        if command.is_null() {
+            return false;
+        }
+        let mut categories: Vec<&str> = Vec::new();
+        for flag in flags.split(' ') {
+            match flag {
+                "write" => categories.push("write"),
+                "readonly" => categories.push("read"),
+                "fast" => categories.push("fast"),
+                _ => {}
+            }
+        }
+        if THROTTLE_CATEGORY.load(std::sync::atomic::Ordering::Relaxed) {
+            categories.push("throttle");
+        }
+        let Ok(categories) = CString::new(categories.join(" ")) else { return false };
+        set_categories(command, categories.as_ptr()) == raw::REDISMODULE_OK as c_int
+    }
+}
+
+/// True once the `@throttle` ACL category exists (servers with
+/// `RedisModule_AddACLCategory`).
+static THROTTLE_CATEGORY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+fn add_throttle_category(ctx: Ctx) {
+    // SAFETY: OnLoad context.
+    let added = unsafe {
+        raw::RedisModule_AddACLCategory
+            .is_some_and(|add| add(ctx, ffi::cstr!("throttle")) == raw::REDISMODULE_OK as c_int)
+    };
+    THROTTLE_CATEGORY.store(added, std::sync::atomic::Ordering::Relaxed);
+}
+
+fn init(ctx: &Context, args: &[RedisString]) -> Status {
+    if let Err(message) = config::from_module_args(args) {
+        ctx.log_warning(&message);
+        return Status::Err;
+    }
+    if !config::register(ctx.ctx) {
+        ctx.log_warning("throttle: could not register the module's configuration");
+        return Status::Err;
+    }
     // SAFETY: OnLoad context; lets rdb_load see truncated input as an error
     // instead of Redis aborting.
     unsafe {
@@ -172,6 +229,7 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
             register_info(ctx.ctx, Some(stats::info));
         }
     }
+    add_throttle_category(ctx.ctx);
     for command in COMMANDS {
         if !register(ctx.ctx, command) {
             ctx.log_warning(&format!("throttle: could not register {}", command.doc.name));
