@@ -50,6 +50,21 @@ handler!(load_cmd, types::load_command);
 handler!(all_cmd, all::throttle_all);
 handler!(info_cmd, describe::info);
 
+/// Debug builds only: `THROTTLE._PANIC` panics inside the handler;
+/// `THROTTLE._PANIC CALLBACK` makes the next type callback panic. Tests use
+/// it to prove a panic never takes the server down. Release builds do not
+/// have the command.
+#[cfg(debug_assertions)]
+fn panic_command(ctx: Ctx, args: &[RString]) {
+    if args.get(1).is_some_and(|a| ffi::bytes(*a).eq_ignore_ascii_case(b"CALLBACK")) {
+        types::PANIC_IN_NEXT_CALLBACK.store(true, std::sync::atomic::Ordering::Relaxed);
+        return ffi::reply_simple_ok(ctx);
+    }
+    panic!("THROTTLE._PANIC: test trigger in a command handler");
+}
+#[cfg(debug_assertions)]
+handler!(panic_cmd, panic_command);
+
 type Handler = extern "C" fn(Ctx, *mut RString, c_int) -> c_int;
 
 struct Command {
@@ -145,6 +160,20 @@ static COMMANDS: &[Command] = &[
     },
 ];
 
+#[cfg(debug_assertions)]
+static DEBUG_PANIC: Command = Command {
+    doc: CommandDoc {
+        name: "THROTTLE._PANIC",
+        summary: "Debug builds only: panics, to test that a panic is contained.",
+        complexity: "O(1)",
+        arity: -1,
+        args: &[],
+        key_flags: None,
+    },
+    handler: panic_cmd,
+    flags: "",
+};
+
 fn register(ctx: Ctx, command: &Command) -> bool {
     let (Ok(name), Ok(flags)) = (CString::new(command.doc.name), CString::new(command.flags)) else {
         return false;
@@ -235,6 +264,10 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
             ctx.log_warning(&format!("throttle: could not register {}", command.doc.name));
             return Status::Err;
         }
+    }
+    #[cfg(debug_assertions)]
+    if !register(ctx.ctx, &DEBUG_PANIC) {
+        return Status::Err;
     }
     Status::Ok
 }

@@ -89,8 +89,20 @@ impl WordSource for RdbWords {
 /// Runs a callback body, turning a panic into `fallback`: a callback must
 /// never unwind into Redis.
 fn guarded<R>(fallback: R, body: impl FnOnce() -> R) -> R {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)).unwrap_or(fallback)
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        #[cfg(debug_assertions)]
+        if PANIC_IN_NEXT_CALLBACK.swap(false, std::sync::atomic::Ordering::Relaxed) {
+            panic!("THROTTLE._PANIC: test trigger in a type callback");
+        }
+        body()
+    }))
+    .unwrap_or(fallback)
 }
+
+/// Debug builds only: `THROTTLE._PANIC CALLBACK` makes the next type
+/// callback panic, to prove the panic is contained.
+#[cfg(debug_assertions)]
+pub(crate) static PANIC_IN_NEXT_CALLBACK: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 unsafe extern "C" fn rdb_load<T: Stored>(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
     guarded(std::ptr::null_mut(), || match T::decode(encver, &mut RdbWords(rdb)) {
