@@ -41,10 +41,18 @@ impl Server {
 
     /// Like [`Server::start`], with more `redis-server` arguments (`--name value` pairs).
     pub fn start_with(extra: &[&str]) -> Server {
+        Server::start_prepared(free_port(), |_| {}, extra)
+    }
+
+    /// Like [`Server::start_with`], on a given port, after `prepare` has
+    /// filled the server's (empty) directory: for fixtures and for cluster
+    /// nodes, whose bus port is `port + 10000`.
+    pub fn start_prepared(port: u16, prepare: impl FnOnce(&Path), extra: &[&str]) -> Server {
         let dir = tempdir::Dir::new();
+        prepare(dir.path());
         let extra = extra.iter().map(|s| s.to_string()).collect();
         let mut server = Server { port: 0, dir, child: None, extra };
-        server.launch(free_port());
+        server.launch(port);
         server
     }
 
@@ -144,6 +152,52 @@ impl Drop for Server {
     fn drop(&mut self) {
         self.stop("NOSAVE");
     }
+}
+
+/// A free port whose cluster bus port (`port + 10000`) is free too.
+pub fn free_cluster_port() -> u16 {
+    loop {
+        let port = free_port();
+        if port <= 55_000 && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
+            return port;
+        }
+    }
+}
+
+/// The wall clock in Unix microseconds, for `AT` values near real time.
+pub fn now_us() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock after 1970").as_micros() as u64
+}
+
+/// Polls `condition` until it holds, failing after `timeout` with `what`.
+pub fn wait_until(what: &str, timeout: Duration, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !condition() {
+        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// One `field:value` line of `INFO section`.
+pub fn info_field(c: &mut redis::Connection, section: &str, field: &str) -> Option<String> {
+    let info: String = redis::cmd("INFO").arg(section).query(c).ok()?;
+    let prefix = format!("{field}:");
+    info.lines().find_map(|l| l.strip_prefix(&prefix)).map(|v| v.trim().to_string())
+}
+
+/// Waits until no AOF rewrite runs or is scheduled.
+pub fn wait_aof_rewrite_done(c: &mut redis::Connection) {
+    wait_until("the AOF rewrite to finish", Duration::from_secs(20), || {
+        info_field(c, "persistence", "aof_rewrite_in_progress").as_deref() == Some("0")
+            && info_field(c, "persistence", "aof_rewrite_scheduled").as_deref() == Some("0")
+    });
+}
+
+/// `DEBUG DIGEST-VALUE key`: the value's digest as hex.
+pub fn digest(c: &mut redis::Connection, key: &str) -> String {
+    let v: Vec<String> = redis::cmd("DEBUG").arg("DIGEST-VALUE").arg(key).query(c).unwrap_or_else(|e| panic!("digest {key}: {e}"));
+    assert_eq!(v.len(), 1, "digest {key}: {v:?}");
+    v.into_iter().next().unwrap_or_default()
 }
 
 /// The five-integer reply.

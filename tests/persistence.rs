@@ -1,0 +1,306 @@
+//! Every THROTTLE type survives whatever Redis does with a value: DEBUG
+//! RELOAD, a restart from the RDB, from the AOF (RDB preamble, rewritten as
+//! `THROTTLE._LOAD` calls, or replayed as the propagated commands), COPY,
+//! RENAME, DUMP/RESTORE; MEMORY USAGE sees the value's size.
+
+mod common;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::{call, digest, now_us, throttle, wait_aof_rewrite_done, Reply, Server};
+
+/// A key the test created, with the peek that reads it back.
+struct Spec {
+    key: String,
+    kind: &'static str,
+    /// The call with `COST 0` at the last time used on the key.
+    peek: String,
+}
+
+/// What a key looked like at one instant.
+struct Snapshot {
+    kind: String,
+    digest: String,
+    pttl: i64,
+    peek: Reply,
+    taken: Instant,
+}
+
+const HOUR: &str = "1h";
+
+/// Creates one key of each of the five types, each with a few admitted and
+/// limited calls, at times near now (period 1h: nothing expires during the
+/// test).
+fn populate(c: &mut redis::Connection, suffix: &str) -> Vec<Spec> {
+    let t0 = now_us();
+    let last = t0 + 5_000;
+    let mut specs = Vec::new();
+    let mut run = |key: String, kind: &'static str, head: String, tail: &str, calls: &[(u64, u64)]| {
+        for &(cost, dt) in calls {
+            throttle(c, &format!("{head} COST {cost} AT {}{tail}", t0 + dt));
+        }
+        let peek = format!("{head} COST 0 AT {last}{tail}");
+        specs.push(Spec { key, kind, peek });
+    };
+    let calls = [(3, 0), (2, 1_000), (500, 2_000), (1, 3_000)];
+    let k = format!("fx{suffix}");
+    run(k.clone(), "thr-fixed", format!("THROTTLE.FIXED {k} 100 {HOUR}"), "", &calls);
+    let k = format!("sl{suffix}");
+    run(k.clone(), "thr-slide", format!("THROTTLE.SLIDING {k} 100 {HOUR}"), "", &calls);
+    let k = format!("ex{suffix}");
+    run(
+        k.clone(),
+        "thr-exact",
+        format!("THROTTLE.SLIDING {k} 100 {HOUR}"),
+        " EXACT",
+        &[(1, 0), (5, 1_000), (1, 1_000), (500, 2_000), (2, 2_500), (1, 4_000)],
+    );
+    let bucket_calls = [(7, 0), (3, 1_000), (500, 2_000), (1, 3_000)];
+    let k = format!("tk{suffix}");
+    run(k.clone(), "thr-token", format!("THROTTLE.TOKEN {k} 10 {HOUR}"), " BURST 50", &bucket_calls);
+    let k = format!("lk{suffix}");
+    run(k.clone(), "thr-leaky", format!("THROTTLE.LEAKY {k} 10 {HOUR}"), " BURST 50", &bucket_calls);
+    specs
+}
+
+fn snapshot(c: &mut redis::Connection, key: &str, peek: &str) -> Snapshot {
+    let kind: String = call(c, &format!("TYPE {key}")).expect("TYPE");
+    let digest = digest(c, key);
+    let pttl: i64 = call(c, &format!("PTTL {key}")).expect("PTTL");
+    let taken = Instant::now();
+    Snapshot { kind, digest, pttl, peek: throttle(c, peek), taken }
+}
+
+fn snapshots(c: &mut redis::Connection, specs: &[Spec]) -> Vec<Snapshot> {
+    specs
+        .iter()
+        .map(|s| {
+            let snap = snapshot(c, &s.key, &s.peek);
+            assert_eq!(snap.kind, s.kind, "{}", s.key);
+            assert!(snap.pttl > 3_000_000, "{}: PTTL {}", s.key, snap.pttl);
+            snap
+        })
+        .collect()
+}
+
+/// The key `key` holds what `before` recorded for `original`, its TTL
+/// having run down by the time passed since (within `tolerance_ms`).
+fn assert_same(c: &mut redis::Connection, what: &str, key: &str, peek: &str, before: &Snapshot, tolerance_ms: i64) {
+    let now = snapshot(c, key, peek);
+    assert_eq!(now.kind, before.kind, "{what}: type of {key}");
+    assert_eq!(now.digest, before.digest, "{what}: digest of {key}");
+    assert_eq!(now.peek, before.peek, "{what}: peek of {key}");
+    let expected = before.pttl - now.taken.duration_since(before.taken).as_millis() as i64;
+    assert!(
+        (now.pttl - expected).abs() <= tolerance_ms,
+        "{what}: PTTL of {key} is {} ms, expected {expected} ± {tolerance_ms}",
+        now.pttl
+    );
+}
+
+fn assert_all_same(c: &mut redis::Connection, what: &str, specs: &[Spec], before: &[Snapshot], tolerance_ms: i64) {
+    for (spec, snap) in specs.iter().zip(before) {
+        assert_same(c, what, &spec.key, &spec.peek, snap, tolerance_ms);
+    }
+    let size: i64 = call(c, "DBSIZE").expect("DBSIZE");
+    assert_eq!(size, specs.len() as i64, "{what}: DBSIZE");
+}
+
+/// The AOF files the manifest names, as (name, type letter).
+fn aof_files(dir: &Path) -> Vec<(String, String)> {
+    let manifest = std::fs::read_to_string(dir.join("appendonlydir/appendonly.aof.manifest")).expect("AOF manifest");
+    manifest
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let name = f.iter().position(|w| *w == "file").and_then(|i| f.get(i + 1))?;
+            let kind = f.iter().position(|w| *w == "type").and_then(|i| f.get(i + 1))?;
+            Some((name.to_string(), kind.to_string()))
+        })
+        .collect()
+}
+
+fn aof_file(dir: &Path, kind: &str) -> (String, Vec<u8>) {
+    let (name, _) = aof_files(dir).into_iter().find(|(_, k)| k == kind).unwrap_or_else(|| panic!("no AOF file of type {kind}"));
+    let bytes = std::fs::read(dir.join("appendonlydir").join(&name)).expect("AOF file");
+    (name, bytes)
+}
+
+fn contains(haystack: &[u8], needle: &str) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle.as_bytes())
+}
+
+/// A restart's TTLs are absolute (RDB, AOF rewrite with PEXPIREAT): only
+/// scheduling noise separates them.
+const TTL_TOLERANCE_MS: i64 = 100;
+
+#[test]
+fn debug_reload_keeps_every_type() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let specs = populate(&mut c, "");
+    let before = snapshots(&mut c, &specs);
+    let ok: String = call(&mut c, "DEBUG RELOAD").expect("DEBUG RELOAD");
+    assert_eq!(ok, "OK");
+    assert_all_same(&mut c, "DEBUG RELOAD", &specs, &before, TTL_TOLERANCE_MS);
+}
+
+#[test]
+fn restart_from_rdb_keeps_every_type() {
+    let mut server = Server::start();
+    let mut c = server.conn();
+    let specs = populate(&mut c, "");
+    let before = snapshots(&mut c, &specs);
+    server.restart("SAVE");
+    assert!(server.dir.path().join("dump.rdb").exists());
+    let mut c = server.conn();
+    assert_all_same(&mut c, "RDB restart", &specs, &before, TTL_TOLERANCE_MS);
+}
+
+#[test]
+fn restart_from_aof_with_rdb_preamble_keeps_every_type() {
+    let mut server = Server::start_with(&["--appendonly", "yes"]);
+    let mut c = server.conn();
+    wait_aof_rewrite_done(&mut c);
+    let specs = populate(&mut c, "");
+    let before = snapshots(&mut c, &specs);
+    let _: String = call(&mut c, "BGREWRITEAOF").expect("BGREWRITEAOF");
+    wait_aof_rewrite_done(&mut c);
+    let (name, base) = aof_file(server.dir.path(), "b");
+    assert!(name.ends_with(".rdb") && base.starts_with(b"REDIS"), "the base {name} is an RDB");
+    assert!(!contains(&base, "THROTTLE._LOAD"), "{name} holds the values in RDB form");
+    server.restart("NOSAVE");
+    assert!(!server.dir.path().join("dump.rdb").exists(), "loaded from the AOF, not an RDB");
+    let mut c = server.conn();
+    assert_all_same(&mut c, "AOF (RDB preamble) restart", &specs, &before, TTL_TOLERANCE_MS);
+}
+
+#[test]
+fn restart_from_rewritten_aof_without_preamble_keeps_every_type() {
+    let mut server = Server::start_with(&["--appendonly", "yes", "--aof-use-rdb-preamble", "no"]);
+    let mut c = server.conn();
+    wait_aof_rewrite_done(&mut c);
+    let specs = populate(&mut c, "");
+    let before = snapshots(&mut c, &specs);
+    let _: String = call(&mut c, "BGREWRITEAOF").expect("BGREWRITEAOF");
+    wait_aof_rewrite_done(&mut c);
+    let (name, base) = aof_file(server.dir.path(), "b");
+    assert!(name.ends_with(".aof"), "{name}");
+    for spec in &specs {
+        // The rewrite wrote each key as one THROTTLE._LOAD call naming its type.
+        assert!(contains(&base, &spec.key) && contains(&base, spec.kind), "{name} lacks {}", spec.key);
+    }
+    assert!(contains(&base, "THROTTLE._LOAD") && contains(&base, "PEXPIREAT"), "{name}");
+    assert!(!contains(&base, "THROTTLE.FIXED"), "{name} holds the rewritten form only");
+    server.restart("NOSAVE");
+    let mut c = server.conn();
+    assert_all_same(&mut c, "AOF (THROTTLE._LOAD) restart", &specs, &before, TTL_TOLERANCE_MS);
+}
+
+#[test]
+fn restart_replaying_aof_commands_keeps_every_type() {
+    let mut server = Server::start_with(&["--appendonly", "yes"]);
+    let mut c = server.conn();
+    wait_aof_rewrite_done(&mut c);
+    let specs = populate(&mut c, "");
+    let before = snapshots(&mut c, &specs);
+    let (name, incr) = aof_file(server.dir.path(), "i");
+    for command in ["THROTTLE.FIXED", "THROTTLE.SLIDING", "THROTTLE.TOKEN", "THROTTLE.LEAKY", "EXACT", "AT", "COST"] {
+        assert!(contains(&incr, command), "{name} lacks {command}");
+    }
+    server.restart("NOSAVE");
+    let mut c = server.conn();
+    // Replaying the commands recomputes each state at its AT, exactly. The
+    // TTLs come out relative to the replay (the bug that
+    // `aof_replay_keeps_absolute_expiry` shows), so here they may be late by
+    // the downtime.
+    let downtime_ms = before[0].taken.elapsed().as_millis() as i64;
+    assert_all_same(&mut c, "AOF (commands) restart", &specs, &before, TTL_TOLERANCE_MS + downtime_ms);
+}
+
+#[test]
+fn copy_rename_and_dump_restore_keep_the_value() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let specs = populate(&mut c, "");
+    let before = snapshots(&mut c, &specs);
+    for (spec, snap) in specs.iter().zip(&before) {
+        let key = &spec.key;
+        let on = |name: &str| spec.peek.replacen(&format!(" {key} "), &format!(" {name} "), 1);
+
+        let copied: i64 = call(&mut c, &format!("COPY {key} {key}-copy")).expect("COPY");
+        assert_eq!(copied, 1);
+        assert_same(&mut c, "COPY", &format!("{key}-copy"), &on(&format!("{key}-copy")), snap, TTL_TOLERANCE_MS);
+
+        let payload: Vec<u8> = redis::cmd("DUMP").arg(key).query(&mut c).expect("DUMP");
+        let pttl: i64 = call(&mut c, &format!("PTTL {key}")).expect("PTTL");
+        let restored = format!("{key}-restored");
+        let ok: String =
+            redis::cmd("RESTORE").arg(&restored).arg(pttl).arg(&payload).query(&mut c).expect("RESTORE");
+        assert_eq!(ok, "OK");
+        assert_same(&mut c, "DUMP/RESTORE", &restored, &on(&restored), snap, TTL_TOLERANCE_MS);
+        // RESTORE refuses an existing key unless told to replace it.
+        let busy: redis::RedisResult<String> = redis::cmd("RESTORE").arg(&restored).arg(0).arg(&payload).query(&mut c);
+        assert!(busy.is_err_and(|e| e.to_string().contains("BUSYKEY")));
+        let ok: String = redis::cmd("RESTORE")
+            .arg(&restored)
+            .arg(pttl)
+            .arg(&payload)
+            .arg("REPLACE")
+            .query(&mut c)
+            .expect("RESTORE REPLACE");
+        assert_eq!(ok, "OK");
+        assert_same(&mut c, "RESTORE REPLACE", &restored, &on(&restored), snap, TTL_TOLERANCE_MS);
+
+        let renamed = format!("{key}-renamed");
+        let ok: String = call(&mut c, &format!("RENAME {key} {renamed}")).expect("RENAME");
+        assert_eq!(ok, "OK");
+        let gone: i64 = call(&mut c, &format!("EXISTS {key}")).expect("EXISTS");
+        assert_eq!(gone, 0);
+        assert_same(&mut c, "RENAME", &renamed, &on(&renamed), snap, TTL_TOLERANCE_MS);
+        // The copy is independent of the original: using it changes only it.
+        throttle(&mut c, &on(&format!("{key}-copy")).replace("COST 0", "COST 1"));
+        assert_eq!(digest(&mut c, &renamed), snap.digest);
+    }
+}
+
+#[test]
+fn memory_usage_grows_with_an_exact_log() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let specs = populate(&mut c, "");
+    for spec in &specs {
+        let bytes: i64 = call(&mut c, &format!("MEMORY USAGE {}", spec.key)).expect("MEMORY USAGE");
+        assert!(bytes > 0, "{}: {bytes}", spec.key);
+    }
+    let t0 = now_us();
+    throttle(&mut c, &format!("THROTTLE.SLIDING small 10000 {HOUR} EXACT AT {t0}"));
+    for i in 0..2_000 {
+        throttle(&mut c, &format!("THROTTLE.SLIDING big 10000 {HOUR} EXACT AT {}", t0 + i));
+    }
+    let small: i64 = call(&mut c, "MEMORY USAGE small").expect("MEMORY USAGE");
+    let big: i64 = call(&mut c, "MEMORY USAGE big").expect("MEMORY USAGE");
+    // 2000 entries of at least 8 bytes each.
+    assert!(big >= small + 16_000, "small {small}, big {big}");
+    let fixed: i64 = call(&mut c, "MEMORY USAGE fx").expect("MEMORY USAGE");
+    assert!(big > fixed, "fixed {fixed}, big {big}");
+}
+
+/// A key's expiry is a point in time: replaying the AOF after a pause must
+/// not push it later by the pause (Redis itself writes PEXPIREAT for that).
+#[test]
+#[ignore = "bug: the propagated THROTTLE call sets a TTL relative to the replay time (RedisModule_SetExpire), so an AOF replay or a lagging replica extends every key by the delay"]
+fn aof_replay_keeps_absolute_expiry() {
+    let mut server = Server::start_with(&["--appendonly", "yes"]);
+    let mut c = server.conn();
+    wait_aof_rewrite_done(&mut c);
+    let specs = populate(&mut c, "");
+    let before = snapshots(&mut c, &specs);
+    // The downtime the replay must not add to the TTLs.
+    let pause = Instant::now() + Duration::from_millis(1_000);
+    common::wait_until("a measurable downtime", Duration::from_secs(5), || Instant::now() >= pause);
+    server.restart("NOSAVE");
+    let mut c = server.conn();
+    assert_all_same(&mut c, "AOF (commands) restart after a pause", &specs, &before, TTL_TOLERANCE_MS);
+}
