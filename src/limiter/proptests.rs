@@ -16,7 +16,10 @@
 //!   not; one call of cost `remaining` is admitted too;
 //! - `reset_after` is > 0 after an admitted call with cost > 0; a peek
 //!   `reset_after` ms later finds the key idle (`remaining == limit`,
-//!   `reset_after == 0`), and one ms earlier it does not (`reset_after > 0`).
+//!   `reset_after == 0`), and one ms earlier it does not (`reset_after > 0`);
+//! - a peek is always admitted (README, "Peek"); after a change
+//!   `last_params` is the call's; the state's own invariants hold
+//!   ([`Algo::well_formed`]).
 //!
 //! On top of that, with fixed parameters each algorithm is compared with an
 //! independent reference model of its definition and its over-admission
@@ -48,36 +51,100 @@ trait Algo: Limiter + Clone + PartialEq + Debug {
     const BUCKET: bool;
     /// LEAKY: an admitted call's `retry_after` is its queue delay.
     const LEAKY: bool;
+
+    /// The state's own invariants, checked after every call. `just_took`:
+    /// the call was admitted with cost > 0 under `p`.
+    fn well_formed(&self, p: &Params, just_took: bool) -> Result<(), String>;
 }
 
 impl Algo for FixedWindow {
     const NAME: &'static str = "FIXED";
     const BUCKET: bool = false;
     const LEAKY: bool = false;
+
+    fn well_formed(&self, p: &Params, just_took: bool) -> Result<(), String> {
+        if just_took && !(1..=p.limit()).contains(&self.count) {
+            return Err(format!(
+                "window holds {} units after an admission",
+                self.count
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl Algo for SlidingWindow {
     const NAME: &'static str = "SLIDING";
     const BUCKET: bool = false;
     const LEAKY: bool = false;
+
+    fn well_formed(&self, p: &Params, just_took: bool) -> Result<(), String> {
+        if just_took && !(1..=p.limit()).contains(&self.current) {
+            return Err(format!(
+                "current window holds {} units after an admission",
+                self.current
+            ));
+        }
+        if just_took && !self.window_start_us.is_multiple_of(p.period_us()) {
+            return Err("window not aligned on the epoch".into());
+        }
+        Ok(())
+    }
 }
 
 impl Algo for SlidingLog {
     const NAME: &'static str = "SLIDING EXACT";
     const BUCKET: bool = false;
     const LEAKY: bool = false;
+
+    /// Entries in strictly increasing time, each of at least one unit,
+    /// summing to `used`; after an admission at most `limit` units (so at
+    /// most `limit` entries).
+    fn well_formed(&self, p: &Params, just_took: bool) -> Result<(), String> {
+        let entries: Vec<_> = self.entries().collect();
+        let sum: u64 = entries.iter().map(|e| e.units).sum();
+        if sum != self.used || entries.iter().any(|e| e.units == 0) {
+            return Err(format!(
+                "log {entries:?} does not add up to used {}",
+                self.used
+            ));
+        }
+        if entries.windows(2).any(|w| w[0].at_us >= w[1].at_us) {
+            return Err(format!("log not in strictly increasing time: {entries:?}"));
+        }
+        if just_took && self.used > p.limit() {
+            return Err(format!("log holds {} units after an admission", self.used));
+        }
+        Ok(())
+    }
+}
+
+/// The stored level never exceeds the stored capacity.
+fn bucket_well_formed(b: &super::bucket::Bucket) -> Result<(), String> {
+    if b.level > u128::from(b.burst) * u128::from(b.period_us) {
+        return Err(format!("level above capacity: {b:?}"));
+    }
+    Ok(())
 }
 
 impl Algo for TokenBucket {
     const NAME: &'static str = "TOKEN";
     const BUCKET: bool = true;
     const LEAKY: bool = false;
+
+    fn well_formed(&self, _: &Params, _: bool) -> Result<(), String> {
+        bucket_well_formed(&self.0)
+    }
 }
 
 impl Algo for LeakyBucket {
     const NAME: &'static str = "LEAKY";
     const BUCKET: bool = true;
     const LEAKY: bool = true;
+
+    fn well_formed(&self, _: &Params, _: bool) -> Result<(), String> {
+        bucket_well_formed(&self.0)
+    }
 }
 
 /// Parameters as the command would build them: the windows take no burst;
@@ -125,11 +192,18 @@ fn check_call<A: Algo>(
     let cap = cap::<A>(p);
     let before = state.clone();
     let d = state.acquire(p, cost, at);
-    let ctx = format!("{} step {step}: {p:?} cost {cost} at {at} (now {now}) -> {d:?}", A::NAME);
+    let ctx = format!(
+        "{} step {step}: {p:?} cost {cost} at {at} (now {now}) -> {d:?}",
+        A::NAME
+    );
 
     prop_assert_eq!(d.limit, cap, "reply limit: {}", ctx);
     prop_assert!(d.remaining <= cap, "remaining above limit: {}", ctx);
-    prop_assert!(d.reset_after_ms <= MAX_WAIT_MS, "reset_after out of range: {}", ctx);
+    prop_assert!(
+        d.reset_after_ms <= MAX_WAIT_MS,
+        "reset_after out of range: {}",
+        ctx
+    );
     prop_assert!(
         d.retry_after_ms == NEVER || (0..=MAX_WAIT_MS as i64).contains(&d.retry_after_ms),
         "retry_after out of range: {}",
@@ -137,31 +211,75 @@ fn check_call<A: Algo>(
     );
 
     // 4. Denied calls and peeks change nothing.
-    if !d.allowed || cost == 0 {
-        prop_assert_eq!(&*state, &before, "a denied call or a peek changed the state: {}", ctx);
+    let took = d.allowed && cost > 0;
+    if !took {
+        prop_assert_eq!(
+            &*state,
+            &before,
+            "a denied call or a peek changed the state: {}",
+            ctx
+        );
+    }
+    if let Err(why) = state.well_formed(p, took) {
+        return Err(TestCaseError::fail(format!("{why}: {ctx}")));
+    }
+    if took {
+        prop_assert_eq!(
+            state.last_params(),
+            Some(*p),
+            "last_params after a change: {}",
+            ctx
+        );
+    }
+    // Zero units always fit (README, "Peek").
+    if cost == 0 {
+        prop_assert!(d.allowed, "a peek refused: {}", ctx);
     }
 
     // Shape of retry_after.
     if d.allowed {
         if A::LEAKY {
-            prop_assert!(d.retry_after_ms >= 0, "admitted LEAKY call with NEVER: {}", ctx);
+            prop_assert!(
+                d.retry_after_ms >= 0,
+                "admitted LEAKY call with NEVER: {}",
+                ctx
+            );
         } else {
             prop_assert_eq!(d.retry_after_ms, 0, "admitted call must not wait: {}", ctx);
         }
     } else if cost > cap {
-        prop_assert_eq!(d.retry_after_ms, NEVER, "impossible cost must answer NEVER: {}", ctx);
+        prop_assert_eq!(
+            d.retry_after_ms,
+            NEVER,
+            "impossible cost must answer NEVER: {}",
+            ctx
+        );
     } else {
-        prop_assert!(d.retry_after_ms >= 1, "a possible call limited without a wait: {}", ctx);
+        prop_assert!(
+            d.retry_after_ms >= 1,
+            "a possible call limited without a wait: {}",
+            ctx
+        );
     }
 
     // 2. retry_after exactness.
     if !d.allowed && d.retry_after_ms >= 1 {
         let r = d.retry_after_ms as u64;
         let later = state.clone().acquire(p, cost, now + ms_to_us(r));
-        prop_assert!(later.allowed, "not admitted retry_after later: {} then {:?}", ctx, later);
+        prop_assert!(
+            later.allowed,
+            "not admitted retry_after later: {} then {:?}",
+            ctx,
+            later
+        );
         if r >= 2 {
             let early = state.clone().acquire(p, cost, now + ms_to_us(r - 1));
-            prop_assert!(!early.allowed, "admitted 1 ms before retry_after: {} then {:?}", ctx, early);
+            prop_assert!(
+                !early.allowed,
+                "admitted 1 ms before retry_after: {} then {:?}",
+                ctx,
+                early
+            );
         }
     }
 
@@ -180,7 +298,12 @@ fn check_call<A: Algo>(
             );
         }
         let over = s.acquire(p, 1, now);
-        prop_assert!(!over.allowed, "one call past remaining admitted: {} then {:?}", ctx, over);
+        prop_assert!(
+            !over.allowed,
+            "one call past remaining admitted: {} then {:?}",
+            ctx,
+            over
+        );
     }
     if d.remaining > 0 {
         let mut s = state.clone();
@@ -192,14 +315,25 @@ fn check_call<A: Algo>(
             all
         );
         let over = s.acquire(p, 1, now);
-        prop_assert!(!over.allowed, "a call past cost remaining admitted: {} then {:?}", ctx, over);
+        prop_assert!(
+            !over.allowed,
+            "a call past cost remaining admitted: {} then {:?}",
+            ctx,
+            over
+        );
     }
 
     // 6. reset_after.
     if d.allowed && cost > 0 {
-        prop_assert!(d.reset_after_ms > 0, "admitted units but reset_after 0: {}", ctx);
+        prop_assert!(
+            d.reset_after_ms > 0,
+            "admitted units but reset_after 0: {}",
+            ctx
+        );
     }
-    let idle = state.clone().acquire(p, 0, now + ms_to_us(d.reset_after_ms));
+    let idle = state
+        .clone()
+        .acquire(p, 0, now + ms_to_us(d.reset_after_ms));
     prop_assert!(
         idle.allowed && idle.remaining == cap && idle.reset_after_ms == 0,
         "not idle reset_after later: {} then {:?}",
@@ -207,7 +341,9 @@ fn check_call<A: Algo>(
         idle
     );
     if d.reset_after_ms >= 1 {
-        let busy = state.clone().acquire(p, 0, now + ms_to_us(d.reset_after_ms - 1));
+        let busy = state
+            .clone()
+            .acquire(p, 0, now + ms_to_us(d.reset_after_ms - 1));
         prop_assert!(
             busy.reset_after_ms > 0,
             "idle 1 ms before reset_after: {} then {:?}",
@@ -216,7 +352,7 @@ fn check_call<A: Algo>(
         );
     }
 
-    let last_change = if d.allowed && cost > 0 { now } else { last_change };
+    let last_change = if took { now } else { last_change };
     Ok((d, last_change))
 }
 
@@ -235,8 +371,8 @@ struct Call {
     /// Microseconds after the previous call's `AT`; may be negative.
     dt: i64,
     cost: Cost,
-    /// Which of the parameter sets this call uses.
-    params: Index,
+    /// Which of the parameter sets this call uses (modulo their number).
+    params: u8,
 }
 
 /// One call as the limiter saw it.
@@ -258,7 +394,11 @@ impl Event {
     }
 }
 
-fn drive<A: Algo>(start: u64, pool: &[Params], calls: &[Call]) -> Result<Vec<Event>, TestCaseError> {
+fn drive<A: Algo>(
+    start: u64,
+    pool: &[Params],
+    calls: &[Call],
+) -> Result<Vec<Event>, TestCaseError> {
     let mut state = A::default();
     let mut at = start;
     let mut last_change = 0;
@@ -266,11 +406,13 @@ fn drive<A: Algo>(start: u64, pool: &[Params], calls: &[Call]) -> Result<Vec<Eve
     let mut events = Vec::with_capacity(calls.len());
     for (step, call) in calls.iter().enumerate() {
         at = (i128::from(at) + i128::from(call.dt)).clamp(0, i128::from(MAX_TIME_US)) as u64;
-        let p = &pool[call.params.index(pool.len())];
+        let p = &pool[usize::from(call.params) % pool.len()];
         let cap = cap::<A>(p);
         let cost = match call.cost {
             Cost::Units(n) => n.min(MAX_LIMIT),
-            Cost::Cap(delta) => (i128::from(cap) + i128::from(delta)).clamp(0, i128::from(MAX_LIMIT)) as u64,
+            Cost::Cap(delta) => {
+                (i128::from(cap) + i128::from(delta)).clamp(0, i128::from(MAX_LIMIT)) as u64
+            }
             Cost::Remaining => last_remaining.unwrap_or(cap),
         };
         let now = at.max(last_change);
@@ -313,28 +455,48 @@ fn max_in_any_period(events: &[Event], period: u64) -> u128 {
 /// none is open; at most `limit` units per window.
 fn fixed_model(p: &Params, events: &[Event]) -> Result<(), TestCaseError> {
     let (limit, period) = (p.limit(), p.period_us());
-    let (mut start, mut used) = (0u64, 0u64);
+    // The window opened by the last admission, if any: (start, units).
+    let mut window = (0u64, 0u64);
     for (i, e) in events.iter().enumerate() {
-        if used == 0 || e.now >= start + period {
-            start = e.now;
-            used = 0;
-        }
+        let (start, mut used) = match window {
+            (start, used) if used > 0 && e.now < start + period => (start, used),
+            _ => (e.now, 0),
+        };
         let allowed = e.cost <= limit - used;
-        if allowed {
+        if allowed && e.cost > 0 {
             used += e.cost;
+            window = (start, used);
         }
-        let reset = if used > 0 { ceil_ms(u128::from(start + period - e.now)) } else { 0 };
+        let reset = if used > 0 {
+            ceil_ms(u128::from(start + period - e.now))
+        } else {
+            0
+        };
         let retry = match (allowed, e.cost > limit) {
             (true, _) => 0,
             (false, true) => NEVER,
             (false, false) => reset as i64,
         };
-        let want = Decision { allowed, limit, remaining: limit - used, retry_after_ms: retry, reset_after_ms: reset };
+        let want = Decision {
+            allowed,
+            limit,
+            remaining: limit - used,
+            retry_after_ms: retry,
+            reset_after_ms: reset,
+        };
         prop_assert_eq!(e.d, want, "FIXED model, step {}: {:?}", i, e);
-        prop_assert!(used <= limit, "FIXED: more than limit in one window at step {}", i);
+        prop_assert!(
+            used <= limit,
+            "FIXED: more than limit in one window at step {}",
+            i
+        );
     }
     let most = max_in_any_period(events, period);
-    prop_assert!(most <= 2 * u128::from(limit), "FIXED: {} units in one period", most);
+    prop_assert!(
+        most <= 2 * u128::from(limit),
+        "FIXED: {} units in one period",
+        most
+    );
     Ok(())
 }
 
@@ -352,7 +514,11 @@ fn log_model(p: &Params, events: &[Event]) -> Result<(), TestCaseError> {
         let used: u64 = live.iter().map(|x| x.1).sum();
         let allowed = used + e.cost <= limit;
         let used_after = if allowed { used + e.cost } else { used };
-        let newest = if allowed && e.cost > 0 { Some(e.now) } else { live.last().map(|x| x.0) };
+        let newest = if allowed && e.cost > 0 {
+            Some(e.now)
+        } else {
+            live.last().map(|x| x.0)
+        };
         let reset = match newest {
             Some(at) if used_after > 0 => ceil_ms(u128::from(at + period - e.now)),
             _ => 0,
@@ -386,7 +552,11 @@ fn log_model(p: &Params, events: &[Event]) -> Result<(), TestCaseError> {
         prop_assert_eq!(e.d, want, "SLIDING EXACT model, step {}: {:?}", i, e);
     }
     let most = max_in_any_period(events, period);
-    prop_assert!(most <= u128::from(limit), "SLIDING EXACT: {} units in one period", most);
+    prop_assert!(
+        most <= u128::from(limit),
+        "SLIDING EXACT: {} units in one period",
+        most
+    );
     Ok(())
 }
 
@@ -396,16 +566,28 @@ fn sliding_model(p: &Params, events: &[Event]) -> Result<(), TestCaseError> {
     let (limit, period) = (p.limit(), p.period_us());
     let (l, pp) = (u128::from(limit), u128::from(period));
     let window_units = |events: &[Event], w: u64| -> u128 {
-        events.iter().filter(|x| x.now / period == w).map(|x| u128::from(x.admitted())).sum()
+        events
+            .iter()
+            .filter(|x| x.now / period == w)
+            .map(|x| u128::from(x.admitted()))
+            .sum()
     };
     for (i, e) in events.iter().enumerate() {
         let w = e.now / period;
         let elapsed = u128::from(e.now % period);
-        let previous = if w == 0 { 0 } else { window_units(&events[..i], w - 1) };
+        let previous = if w == 0 {
+            0
+        } else {
+            window_units(&events[..i], w - 1)
+        };
         let current = window_units(&events[..i], w);
         let weighted = |current: u128| previous * (pp - elapsed) + current * pp;
-        let allowed = weighted(current + u128::from(e.cost)) <= l * pp;
-        let current_after = if allowed { current + u128::from(e.cost) } else { current };
+        let allowed = e.cost == 0 || weighted(current + u128::from(e.cost)) <= l * pp;
+        let current_after = if allowed {
+            current + u128::from(e.cost)
+        } else {
+            current
+        };
         let reset_us = if current_after > 0 {
             2 * pp - elapsed
         } else if previous > 0 {
@@ -415,19 +597,45 @@ fn sliding_model(p: &Params, events: &[Event]) -> Result<(), TestCaseError> {
         };
         prop_assert_eq!(e.d.allowed, allowed, "SLIDING model, step {}: {:?}", i, e);
         let remaining = (l * pp).saturating_sub(weighted(current_after)) / pp;
-        prop_assert_eq!(u128::from(e.d.remaining), remaining, "SLIDING remaining, step {}: {:?}", i, e);
-        prop_assert_eq!(e.d.reset_after_ms, ceil_ms(reset_us), "SLIDING reset, step {}: {:?}", i, e);
-        prop_assert!(current_after <= l, "SLIDING: more than limit in one aligned window at step {}", i);
+        prop_assert_eq!(
+            u128::from(e.d.remaining),
+            remaining,
+            "SLIDING remaining, step {}: {:?}",
+            i,
+            e
+        );
+        prop_assert_eq!(
+            e.d.reset_after_ms,
+            ceil_ms(reset_us),
+            "SLIDING reset, step {}: {:?}",
+            i,
+            e
+        );
+        prop_assert!(
+            current_after <= l,
+            "SLIDING: more than limit in one aligned window at step {}",
+            i
+        );
     }
     // In any (t - period, t]: at most limit plus the previous aligned
     // window's count weighted by how far t is into its own window (and so
     // never more than 2 * limit).
     for e in events.iter().filter(|e| e.admitted() > 0) {
         let w = e.now / period;
-        let previous = if w == 0 { 0 } else { window_units(events, w - 1) };
+        let previous = if w == 0 {
+            0
+        } else {
+            window_units(events, w - 1)
+        };
         let bound = l + previous * u128::from(e.now % period) / pp;
         let rolling = admitted_between(events, (e.now + 1).saturating_sub(period), e.now);
-        prop_assert!(rolling <= bound, "SLIDING: {} units in the period to {} (bound {})", rolling, e.now, bound);
+        prop_assert!(
+            rolling <= bound,
+            "SLIDING: {} units in the period to {} (bound {})",
+            rolling,
+            e.now,
+            bound
+        );
         prop_assert!(rolling <= 2 * l, "SLIDING: {} units in one period", rolling);
     }
     Ok(())
@@ -438,14 +646,22 @@ fn sliding_model(p: &Params, events: &[Event]) -> Result<(), TestCaseError> {
 /// refilled by `limit` each µs up to `burst * period`); LEAKY the queued
 /// work (empty at start, drained by `limit` each µs down to 0).
 fn bucket_model(p: &Params, events: &[Event], leaky: bool) -> Result<(), TestCaseError> {
-    let (l, pp, b) = (u128::from(p.limit()), u128::from(p.period_us()), u128::from(p.burst()));
+    let (l, pp, b) = (
+        u128::from(p.limit()),
+        u128::from(p.period_us()),
+        u128::from(p.burst()),
+    );
     let full = b * pp;
     let name = if leaky { "LEAKY" } else { "TOKEN" };
     // The level at the last change, and its time.
     let (mut stored, mut changed_at) = (if leaky { 0 } else { full }, 0u64);
     for (i, e) in events.iter().enumerate() {
         let flow = u128::from(e.now - changed_at.min(e.now)) * l;
-        let level = if leaky { stored.saturating_sub(flow) } else { (stored + flow).min(full) };
+        let level = if leaky {
+            stored.saturating_sub(flow)
+        } else {
+            (stored + flow).min(full)
+        };
         let asked = u128::from(e.cost) * pp;
         // Free room in scaled units: tokens present, or space left for work.
         let room = if leaky { full - level } else { level };
@@ -453,7 +669,11 @@ fn bucket_model(p: &Params, events: &[Event], leaky: bool) -> Result<(), TestCas
         let room_after = if allowed { room - asked } else { room };
         let busy_after = full - room_after;
         let retry = if allowed {
-            if leaky { ceil_ms(level.div_ceil(l)) as i64 } else { 0 }
+            if leaky {
+                ceil_ms(level.div_ceil(l)) as i64
+            } else {
+                0
+            }
         } else if e.cost > p.burst() {
             NEVER
         } else {
@@ -477,7 +697,11 @@ fn bucket_model(p: &Params, events: &[Event], leaky: bool) -> Result<(), TestCas
     for (x, first) in admits.iter().enumerate() {
         // Admissions at the same time as `first` but earlier in the
         // sequence belong to [a, b] too.
-        let same: u128 = admits[..x].iter().filter(|e| e.now == first.now).map(|e| u128::from(e.admitted())).sum();
+        let same: u128 = admits[..x]
+            .iter()
+            .filter(|e| e.now == first.now)
+            .map(|e| u128::from(e.admitted()))
+            .sum();
         let mut units = 0u128;
         for last in &admits[x..] {
             units += u128::from(last.admitted());
@@ -513,72 +737,128 @@ fn small_params() -> impl Strategy<Value = (u64, u64, u64)> {
     (1..=12u64, 1..=20u64, 1..=16u64)
 }
 
+/// Index of the weight bucket `kind` falls in (`kind < weights.sum()`).
+/// Calls are decoded from plain integers by hand: 200-element vectors of
+/// `prop_oneof!` are too slow to generate in a debug build. Every field
+/// shrinks towards 0, that is towards a call of cost 1 at the same time.
+fn pick(kind: u8, weights: &[u8]) -> usize {
+    let mut kind = kind;
+    for (i, &w) in weights.iter().enumerate() {
+        if kind < w {
+            return i;
+        }
+        kind -= w;
+    }
+    weights.len() - 1
+}
+
 fn small_call() -> impl Strategy<Value = Call> {
-    let dt = prop_oneof![
-        3 => Just(0i64),
-        4 => 0..=2_000i64,
-        4 => 0..=25_000i64,
-        1 => 0..=100_000i64,
-        1 => -20_000..0i64,
-    ];
-    let cost = prop_oneof![
-        1 => Just(Cost::Units(0)),
-        6 => Just(Cost::Units(1)),
-        3 => (0..=20u64).prop_map(Cost::Units),
-        1 => (-2..=1i64).prop_map(Cost::Cap),
-        1 => Just(Cost::Remaining),
-    ];
-    (dt, cost, any::<Index>()).prop_map(|(dt, cost, params)| Call { dt, cost, params })
+    (0..13u8, any::<u32>(), 0..12u8, any::<u32>(), any::<u8>()).prop_map(
+        |(dk, dv, ck, cv, params)| {
+            let dv = i64::from(dv);
+            let dt = match pick(dk, &[3, 4, 4, 1, 1]) {
+                0 => 0,
+                1 => dv % 2_001,
+                2 => dv % 25_001,
+                3 => dv % 100_001,
+                _ => -(dv % 20_000) - 1,
+            };
+            let cost = match pick(ck, &[6, 1, 3, 1, 1]) {
+                0 => Cost::Units(1),
+                1 => Cost::Units(0),
+                2 => Cost::Units(u64::from(cv % 21)),
+                3 => Cost::Cap(i64::from(cv % 4) - 2),
+                _ => Cost::Remaining,
+            };
+            Call { dt, cost, params }
+        },
+    )
 }
 
 fn small_start() -> impl Strategy<Value = u64> {
-    prop_oneof![Just(0u64), 0..=10_000_000u64, 0..=MAX_TIME_US - 1_000_000_000_000]
+    prop_oneof![
+        Just(0u64),
+        0..=10_000_000u64,
+        0..=MAX_TIME_US - 1_000_000_000_000
+    ]
 }
 
 fn huge(max: u64) -> impl Strategy<Value = u64> {
-    prop_oneof![Just(1u64), 1..=3u64, 1..=1_000u64, Just(max), max - 3..=max, 1..=max]
+    prop_oneof![
+        Just(1u64),
+        1..=3u64,
+        1..=1_000u64,
+        Just(max),
+        max - 3..=max,
+        1..=max
+    ]
 }
 
 /// (limit, period in ms, burst) anywhere within bounds, extremes favoured.
 fn extreme_params() -> impl Strategy<Value = (u64, u64, u64)> {
     let max_ms = MAX_PERIOD_US / MS;
-    let period = prop_oneof![Just(MIN_PERIOD_US / MS), 1..=1_000u64, Just(max_ms), 1..=max_ms];
+    let period = prop_oneof![
+        Just(MIN_PERIOD_US / MS),
+        1..=1_000u64,
+        Just(max_ms),
+        1..=max_ms
+    ];
     (huge(MAX_LIMIT), period, huge(MAX_LIMIT))
 }
 
 fn extreme_call() -> impl Strategy<Value = Call> {
-    let max_period = MAX_PERIOD_US as i64;
-    let max_time = MAX_TIME_US as i64;
-    let dt = prop_oneof![
-        3 => Just(0i64),
-        2 => 0..=10_000i64,
-        2 => -max_period..=2 * max_period,
-        1 => 0..=max_period,
-        1 => Just(-max_time),
-        1 => Just(max_time),
-    ];
-    let cost = prop_oneof![
-        2 => Just(Cost::Units(0)),
-        3 => Just(Cost::Units(1)),
-        1 => (0..=5u64).prop_map(Cost::Units),
-        1 => Just(Cost::Units(MAX_LIMIT)),
-        2 => (0..=MAX_LIMIT).prop_map(Cost::Units),
-        2 => (-3..=1i64).prop_map(Cost::Cap),
-        2 => Just(Cost::Remaining),
-    ];
-    (dt, cost, any::<Index>()).prop_map(|(dt, cost, params)| Call { dt, cost, params })
+    (0..10u8, any::<u64>(), 0..13u8, any::<u64>(), any::<u8>()).prop_map(
+        |(dk, dv, ck, cv, params)| {
+            let max_period = MAX_PERIOD_US as i64;
+            let max_time = MAX_TIME_US as i64;
+            let dv = (dv >> 1) as i64;
+            let dt = match pick(dk, &[3, 2, 2, 1, 1, 1]) {
+                0 => 0,
+                1 => dv % 10_001,
+                2 => dv % (3 * max_period + 1) - max_period,
+                3 => dv % (max_period + 1),
+                4 => -max_time,
+                _ => max_time,
+            };
+            let cost = match pick(ck, &[3, 2, 1, 1, 2, 2, 2]) {
+                0 => Cost::Units(1),
+                1 => Cost::Units(0),
+                2 => Cost::Units(cv % 6),
+                3 => Cost::Units(MAX_LIMIT),
+                4 => Cost::Units(cv % (MAX_LIMIT + 1)),
+                5 => Cost::Cap((cv % 5) as i64 - 3),
+                _ => Cost::Remaining,
+            };
+            Call { dt, cost, params }
+        },
+    )
 }
 
 fn extreme_start() -> impl Strategy<Value = u64> {
-    prop_oneof![Just(0u64), Just(MAX_TIME_US), 0..=MAX_TIME_US, MAX_TIME_US - 1_000_000_000_000_000..=MAX_TIME_US]
+    prop_oneof![
+        Just(0u64),
+        Just(MAX_TIME_US),
+        0..=MAX_TIME_US,
+        MAX_TIME_US - 1_000_000_000_000_000..=MAX_TIME_US
+    ]
 }
 
 fn pool<A: Algo>(raw: &[(u64, u64, u64)]) -> Vec<Params> {
-    raw.iter().map(|&(limit, period_ms, burst)| params_for::<A>(limit, period_ms * MS, burst)).collect()
+    raw.iter()
+        .map(|&(limit, period_ms, burst)| params_for::<A>(limit, period_ms * MS, burst))
+        .collect()
 }
 
 // ---------------------------------------------------------------------------
 // The properties, once per algorithm.
+
+/// The default 256 cases, without writing regression files into the tree.
+fn config() -> ProptestConfig {
+    ProptestConfig {
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    }
+}
 
 macro_rules! algorithm_properties {
     ($name:ident, $algo:ty, $model:expr) => {
@@ -588,6 +868,8 @@ macro_rules! algorithm_properties {
             const MODEL: Model = $model;
 
             proptest! {
+                #![proptest_config(config())]
+
                 /// 1-4, 6 and the reference model, with one set of parameters.
                 #[test]
                 fn fixed_parameters(
@@ -643,28 +925,46 @@ algorithm_properties!(leaky, LeakyBucket, leaky_model);
 fn drift_case() -> impl Strategy<Value = (Params, u64, Vec<u64>)> {
     let max_ms = MAX_PERIOD_US / MS;
     let period = prop_oneof![1..=1_000u64, 1..=max_ms];
-    (huge(MAX_LIMIT), period, any::<Index>(), 0..=MAX_TIME_US / 2, vec(any::<Index>(), 1..=200))
-        .prop_filter_map("no burst >= 2 fits", |(limit, period_ms, burst, start, ticks)| {
-            let period = period_ms * MS;
-            let most = (u128::from(MAX_PERIOD_US) * u128::from(limit) / u128::from(period))
-                .min(u128::from(MAX_LIMIT)) as u64;
-            if most < 2 {
-                return None;
-            }
-            let burst = 2 + burst.index((most - 1) as usize) as u64;
-            let params = Params::new(limit, period, Some(burst)).ok()?;
-            let longest = (u128::from(burst - 1) * u128::from(period) / u128::from(limit))
-                .min(u128::from(MAX_TIME_US / 2 / 200)) as usize;
-            let ticks = ticks.iter().map(|t| t.index(longest + 1) as u64).collect();
-            Some((params, start, ticks))
-        })
+    (
+        huge(MAX_LIMIT),
+        period,
+        any::<Index>(),
+        0..=MAX_TIME_US / 2,
+        vec(any::<Index>(), 1..=200),
+    )
+        .prop_filter_map(
+            "no burst >= 2 fits",
+            |(limit, period_ms, burst, start, ticks)| {
+                let period = period_ms * MS;
+                let most = (u128::from(MAX_PERIOD_US) * u128::from(limit) / u128::from(period))
+                    .min(u128::from(MAX_LIMIT)) as u64;
+                if most < 2 {
+                    return None;
+                }
+                let burst = 2 + burst.index((most - 1) as usize) as u64;
+                let params = Params::new(limit, period, Some(burst)).ok()?;
+                let longest = (u128::from(burst - 1) * u128::from(period) / u128::from(limit))
+                    .min(u128::from(MAX_TIME_US / 2 / 200)) as usize;
+                let ticks = ticks.iter().map(|t| t.index(longest + 1) as u64).collect();
+                Some((params, start, ticks))
+            },
+        )
 }
 
-fn greedy_has_no_drift<A: Algo>(p: &Params, start: u64, ticks: &[u64]) -> Result<(), TestCaseError> {
+fn greedy_has_no_drift<A: Algo>(
+    p: &Params,
+    start: u64,
+    ticks: &[u64],
+) -> Result<(), TestCaseError> {
     let (l, pp, b) = (u128::from(p.limit()), u128::from(p.period_us()), p.burst());
     let mut state = A::default();
     let first = state.acquire(p, b, start);
-    prop_assert!(first.allowed && first.remaining == 0, "{} first call: {:?}", A::NAME, first);
+    prop_assert!(
+        first.allowed && first.remaining == 0,
+        "{} first call: {:?}",
+        A::NAME,
+        first
+    );
     let mut taken = u128::from(b);
     let mut now = start;
     for (i, tick) in ticks.iter().enumerate() {
@@ -685,12 +985,19 @@ fn greedy_has_no_drift<A: Algo>(p: &Params, start: u64, ticks: &[u64]) -> Result
         );
         taken = due;
         let more = state.clone().acquire(p, 1, now);
-        prop_assert!(!more.allowed, "{} tick {}: one unit more than the closed form admitted", A::NAME, i);
+        prop_assert!(
+            !more.allowed,
+            "{} tick {}: one unit more than the closed form admitted",
+            A::NAME,
+            i
+        );
     }
     Ok(())
 }
 
 proptest! {
+    #![proptest_config(config())]
+
     #[test]
     fn token_has_no_drift((p, start, ticks) in drift_case()) {
         greedy_has_no_drift::<TokenBucket>(&p, start, &ticks)?;

@@ -107,7 +107,9 @@ impl Limiter for SlidingWindow {
         let mut view = self.view(period, now);
         let capacity = u128::from(limit) * p;
         let weighted = view.weighted(period);
-        let allowed = weighted + u128::from(cost) * p <= capacity;
+        // Zero units always fit: a peek is admitted even while a lowered
+        // limit leaves the estimate above it.
+        let allowed = cost == 0 || weighted + u128::from(cost) * p <= capacity;
         // Until a call is admitted under a new period, the stored counts
         // keep decaying under their own period (each call carries them over
         // afresh), so a call that changes nothing waits on that view.
