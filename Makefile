@@ -36,6 +36,12 @@ run: build
 test: build
 	$(CARGO) test --release --all-targets
 
+# Benchmarks: criterion micro-benchmarks, then redis-benchmark against INCR
+# and the Lua scripts it replaces; writes bench/results.md and bench/chart.svg.
+.PHONY: bench
+bench: build
+	CARGO="$(CARGO)" bench/run.sh
+
 clippy:
 	$(CARGO) clippy --all-targets -- -D warnings
 
