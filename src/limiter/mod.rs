@@ -7,6 +7,7 @@
 //! nothing drifts and nothing overflows within the bounds below.
 
 mod bucket;
+pub mod cell;
 mod fixed;
 mod sliding;
 mod sliding_log;

@@ -4,6 +4,7 @@
 mod alloc;
 mod all;
 mod block;
+mod cell;
 mod clock;
 mod commands;
 mod config;
@@ -49,6 +50,21 @@ handler!(leaky_cmd, |ctx, args| commands::throttle(ctx, args, Algorithm::Leaky))
 handler!(load_cmd, types::load_command);
 handler!(all_cmd, all::throttle_all);
 handler!(info_cmd, describe::info);
+handler!(cell_cmd, cell::cl_throttle);
+
+/// redis-cell's command, registered unless the `cl-throttle` setting is off.
+static CL_THROTTLE: Command = Command {
+    doc: CommandDoc {
+        name: "CL.THROTTLE",
+        summary: "redis-cell's rate limit on the TOKEN type: `max_burst + 1` tokens, `count_per_period` per `period` seconds.",
+        complexity: "O(1)",
+        arity: -5,
+        args: cell::ARGS,
+        key_flags: KEY_UPDATED,
+    },
+    handler: cell_cmd,
+    flags: "write deny-oom fast",
+};
 
 /// Debug builds only: `THROTTLE._PANIC` panics inside the handler;
 /// `THROTTLE._PANIC CALLBACK` makes the next type callback panic. Tests use
@@ -264,6 +280,10 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
             ctx.log_warning(&format!("throttle: could not register {}", command.doc.name));
             return Status::Err;
         }
+    }
+    if config::CL_THROTTLE.load(std::sync::atomic::Ordering::Relaxed) && !register(ctx.ctx, &CL_THROTTLE) {
+        ctx.log_warning("throttle: could not register CL.THROTTLE");
+        return Status::Err;
     }
     #[cfg(debug_assertions)]
     if !register(ctx.ctx, &DEBUG_PANIC) {
