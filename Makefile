@@ -47,3 +47,26 @@ clippy:
 
 clean:
 	$(CARGO) clean
+
+# make examples  run every client example (examples/) against its own server
+# make plot      redraw docs/algorithms.svg from real replies of the module
+# make install   install the module to $(PREFIX)/lib/redis/modules/
+.PHONY: examples plot install
+PREFIX     ?= /usr/local
+MODULE_DIR  = $(DESTDIR)$(PREFIX)/lib/redis/modules
+BUILT_SO    = $(or $(CARGO_TARGET_DIR),target)/release/libredis_throttle.so
+
+# Starts redis-server with the module on a free loopback port, runs each
+# example against it (installing PHP, redis-py, node-redis when missing),
+# then stops that server. EXAMPLES="python node" runs some only.
+examples: build
+	@scripts/examples.sh
+
+plot: build
+	python3 scripts/plot_algorithms.py
+
+install: build
+	install -d $(MODULE_DIR)
+	install -m 0755 $(BUILT_SO) $(MODULE_DIR)/libredis_throttle.so
+	@echo "installed $(MODULE_DIR)/libredis_throttle.so; load it with this line in redis.conf:"
+	@echo "    loadmodule $(PREFIX)/lib/redis/modules/libredis_throttle.so"
