@@ -201,8 +201,12 @@ pub(crate) fn load_command(ctx: ffi::Ctx, argv: &[ffi::RString]) {
     let version = crate::args::parse_u64(ffi::bytes(*version))
         .and_then(|v| i32::try_from(v).ok())
         .unwrap_or(-1);
-    let mut source = words.iter().map(|w| crate::args::parse_u64(ffi::bytes(*w)));
-    let mut words = std::iter::from_fn(|| source.next().flatten());
+    // Every word must be a number: a bad one is an error wherever it is,
+    // not the end of the input (which let trailing garbage through).
+    let Some(words) = words.iter().map(|w| crate::args::parse_u64(ffi::bytes(*w))).collect::<Option<Vec<u64>>>() else {
+        return ffi::reply_error(ctx, "ERR invalid THROTTLE state");
+    };
+    let mut words = words.into_iter();
     let result = match ffi::bytes(*type_name) {
         b"thr-fixed" => load_into::<FixedWindow>(ctx, *key, version, &mut words),
         b"thr-slide" => load_into::<SlidingWindow>(ctx, *key, version, &mut words),
