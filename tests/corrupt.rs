@@ -376,7 +376,7 @@ fn hand_made_load_calls_are_validated() {
         format!("THROTTLE._LOAD k thr-fixed one {t} 3 {t} 10 60000000"),
         format!("THROTTLE._LOAD k thr-fixed 4294967297 {t} 3 {t} 10 60000000"),
         // Fixed window: count, limit, period, times, window, word count, numbers.
-        format!("THROTTLE._LOAD k thr-fixed 1 {t} 11 {t} 10 60000000"),
+        format!("THROTTLE._LOAD k thr-fixed 1 {t} 1000000000000001 {t} 10 60000000"),
         format!("THROTTLE._LOAD k thr-fixed 1 {t} 0 {t} 10 60000000"),
         format!("THROTTLE._LOAD k thr-fixed 1 {t} 3 {t} 0 60000000"),
         format!("THROTTLE._LOAD k thr-fixed 1 {t} 3 {t} 1000000000000000001 60000000"),
@@ -396,7 +396,7 @@ fn hand_made_load_calls_are_validated() {
         format!("THROTTLE._LOAD k thr-fixed 1 {t} 3 {t} 10 60000000 18446744073709551616"),
         // Sliding counter: window alignment, counts, window.
         format!("THROTTLE._LOAD k thr-slide 1 {} 4 3 {} 10 60000000", w + 1, w + 5),
-        format!("THROTTLE._LOAD k thr-slide 1 {w} 4 11 {} 10 60000000", w + 5),
+        format!("THROTTLE._LOAD k thr-slide 1 {w} 4 1000000000000001 {} 10 60000000", w + 5),
         format!("THROTTLE._LOAD k thr-slide 1 {w} 1000000000000000001 3 {} 10 60000000", w + 5),
         format!("THROTTLE._LOAD k thr-slide 1 {w} 4 3 {} 10 60000000", w + 60_000_000),
         format!("THROTTLE._LOAD k thr-slide 1 {w} 4 3 {} 10 60000000", w - 1),
@@ -408,7 +408,7 @@ fn hand_made_load_calls_are_validated() {
         format!("THROTTLE._LOAD k thr-exact 1 3 {} 10 60000000 2 {t} 0 {} 3", t + 5, t + 5),
         format!("THROTTLE._LOAD k thr-exact 1 4 {} 10 60000000 2 {t} 1 {} 2", t + 5, t + 5),
         format!("THROTTLE._LOAD k thr-exact 1 3 {} 60000000 60000000 2 {t} 1 {} 2", t + 70_000_000, t + 5),
-        format!("THROTTLE._LOAD k thr-exact 1 11 {} 10 60000000 1 {t} 11", t + 5),
+        format!("THROTTLE._LOAD k thr-exact 1 1000000000000001 {} 10 60000000 1 {t} 1000000000000001", t + 5),
         format!("THROTTLE._LOAD k thr-exact 1 10 {} 10 60000000 10 {t} 1", t + 5),
         format!("THROTTLE._LOAD k thr-exact 1 3 {} 10 60000000 18446744073709551615 {t} 3", t + 5),
         // Buckets: level above the burst, burst 0, burst too slow to refill.
