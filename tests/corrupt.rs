@@ -128,8 +128,11 @@ impl ModuleValue {
 const T0: u64 = 1_700_000_000_000_000;
 const PEEK_AT: u64 = T0 + 10_000_000;
 
-/// One key per type, its peek (without `COST 0 AT`) and options.
-const KEYS: &[(&str, &str, &str, &str, &[(u64, u64)])] = &[
+/// A key of one type: type, name, command without COST and AT, options
+/// after them, calls as (cost, µs after T0).
+type KeySpec = (&'static str, &'static str, &'static str, &'static str, &'static [(u64, u64)]);
+
+const KEYS: &[KeySpec] = &[
     ("thr-fixed", "fx", "THROTTLE.FIXED fx 10 1m", "", &[(3, 0), (2, 1_000)]),
     ("thr-slide", "sl", "THROTTLE.SLIDING sl 10 1m", "", &[(3, 0), (2, 61_000_000)]),
     ("thr-exact", "ex", "THROTTLE.SLIDING ex 10 1m", " EXACT", &[(1, 0), (3, 1_000), (2, 2_000)]),
@@ -383,7 +386,7 @@ fn hand_made_load_calls_are_validated() {
         format!("THROTTLE._LOAD k thr-fixed 1 {t} 3 {t} 10 0"),
         format!("THROTTLE._LOAD k thr-fixed 1 {t} 3 {t} 10 999"),
         format!("THROTTLE._LOAD k thr-fixed 1 {t} 3 {t} 10 315360000000001"),
-        format!("THROTTLE._LOAD k thr-fixed 1 10000000000000001 3 10000000000000001 10 60000000"),
+        "THROTTLE._LOAD k thr-fixed 1 10000000000000001 3 10000000000000001 10 60000000".to_string(),
         format!("THROTTLE._LOAD k thr-fixed 1 {} 3 {t} 10 60000000", t + 1),
         format!("THROTTLE._LOAD k thr-fixed 1 {t} 3 {} 10 60000000", t + 60_000_000),
         format!("THROTTLE._LOAD k thr-fixed 1 {t} 3 {t} 10"),
