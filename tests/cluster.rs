@@ -178,7 +178,13 @@ fn cluster_routes_keys_and_survives_a_failover() {
     }
 
     // Key specs name the key, so cluster clients and proxies find it.
-    for line in ["THROTTLE.FIXED k 1 1", "THROTTLE.SLIDING k 1 1 EXACT", "THROTTLE.TOKEN k 1 1 BURST 2 COST 0"] {
+    for line in [
+        "THROTTLE.FIXED k 1 1",
+        "THROTTLE.SLIDING k 1 1 EXACT",
+        "THROTTLE.TOKEN k 1 1 BURST 2 COST 0",
+        "THROTTLE.LEAKY k 1 1 AT 5",
+        "THROTTLE._LOAD k thr-fixed 1 1 1 1 1 1000",
+    ] {
         let keys: Vec<String> = call(&mut any, &format!("COMMAND GETKEYS {line}")).expect("COMMAND GETKEYS");
         assert_eq!(keys, vec!["k".to_string()], "{line}");
     }
