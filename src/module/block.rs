@@ -73,7 +73,8 @@ fn queue_key(ctx: Ctx, key: RString) -> QueueKey {
 /// A BLOCK call on a key that already has waiters queues behind them,
 /// without trying: arrival order is kept. Returns true if it queued.
 pub(crate) fn must_queue(ctx: Ctx, key: RString, algorithm: Algorithm, call: &Call) -> bool {
-    if call.cost <= 0 || !can_block(ctx) {
+    // A call asking for more than the key can ever hold answers at once.
+    if call.cost <= 0 || call.cost.unsigned_abs() > call.params.burst() || !can_block(ctx) {
         return false;
     }
     let qkey = queue_key(ctx, key);
@@ -147,7 +148,9 @@ fn head(qkey: &QueueKey) -> Option<(usize, Algorithm, Call)> {
     })
 }
 
-fn remove(client: usize) -> Option<(QueueKey, Waiter)> {
+/// Takes a waiter out of its queue. Returns its queue's key, the waiter,
+/// and whether it was first (then the queue's timer was set for it).
+fn remove(client: usize) -> Option<(QueueKey, Waiter, bool)> {
     with_registry(|r| {
         let qkey = r.queue_of.remove(&client)?;
         let queue = r.queues.get_mut(&qkey)?;
@@ -156,8 +159,50 @@ fn remove(client: usize) -> Option<(QueueKey, Waiter)> {
         if queue.waiters.is_empty() && queue.timer.is_none() {
             r.queues.remove(&qkey);
         }
-        Some((qkey, waiter))
+        Some((qkey, waiter, index == 0))
     })
+}
+
+/// Serves the queue now instead of at its timer: its first waiter left,
+/// or units came back.
+fn serve_soon(ctx: Ctx, qkey: QueueKey) {
+    let timer = with_registry(|r| {
+        let queue = r.queues.get_mut(&qkey)?;
+        if queue.waiters.is_empty() {
+            return None;
+        }
+        queue.timer.take()
+    });
+    let Some(id) = timer else { return };
+    // SAFETY: the timer is ours; stopping it hands its data back to free.
+    unsafe {
+        let mut data: *mut c_void = std::ptr::null_mut();
+        if raw::RedisModule_StopTimer.is_some_and(|stop| stop(ctx, id, &mut data) == raw::REDISMODULE_OK as c_int)
+            && !data.is_null()
+        {
+            drop(Box::from_raw(data.cast::<QueueKey>()));
+        }
+    }
+    schedule(ctx, qkey, 0);
+}
+
+/// Units came back to a key (a refund): its waiters may fit now.
+pub(crate) fn units_returned(ctx: Ctx, key: RString) {
+    let qkey = queue_key(ctx, key);
+    if with_registry(|r| r.queues.contains_key(&qkey)) {
+        serve_soon(ctx, qkey);
+    }
+}
+
+/// Redis frees a blocked client's handle only once the module unblocks it,
+/// also after a time-out or a disconnection.
+fn release(client: Client) {
+    // SAFETY: the handle is still ours until this call.
+    unsafe {
+        if let Some(unblock) = raw::RedisModule_UnblockClient {
+            unblock(client, std::ptr::null_mut());
+        }
+    }
 }
 
 /// Serves the queue's waiters in order at the current time, until one is
@@ -236,9 +281,13 @@ unsafe extern "C" fn reply_callback(ctx: Ctx, _argv: *mut RString, _argc: c_int)
 unsafe extern "C" fn timeout_callback(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let client = raw::RedisModule_GetBlockedClientHandle.map_or(std::ptr::null_mut(), |f| f(ctx));
-        let Some((_, waiter)) = remove(client as usize) else {
+        let Some((qkey, waiter, was_first)) = remove(client as usize) else {
             return ffi::reply_null(ctx);
         };
+        release(client);
+        if was_first {
+            serve_soon(ctx, qkey);
+        }
         let counters = stats::for_command(waiter.algorithm);
         let key = match usize::try_from(argc) {
             Ok(n) if n >= 2 && !argv.is_null() => *argv.add(1),
@@ -261,9 +310,16 @@ unsafe extern "C" fn free_answer(_ctx: Ctx, answer: *mut c_void) {
     }
 }
 
-/// A waiting client went away: forget it.
-unsafe extern "C" fn disconnected(_ctx: Ctx, client: Client) {
-    let _ = std::panic::catch_unwind(|| remove(client as usize));
+/// A waiting client went away: forget it, and let the next one go first.
+unsafe extern "C" fn disconnected(ctx: Ctx, client: Client) {
+    let _ = std::panic::catch_unwind(|| {
+        if let Some((qkey, _, was_first)) = remove(client as usize) {
+            release(client);
+            if was_first {
+                serve_soon(ctx, qkey);
+            }
+        }
+    });
 }
 
 /// Waiters right now, for tests and INFO.

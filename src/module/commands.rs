@@ -58,6 +58,9 @@ pub(crate) fn throttle(ctx: Ctx, argv: &[RString], algorithm: Algorithm) {
         }
         let now_us = call.at_us.unwrap_or_else(super::clock::now_us);
         let outcome = execute(ctx, *key_name, algorithm, &call, now_us)?;
+        if call.cost < 0 && outcome.changed {
+            block::units_returned(ctx, *key_name);
+        }
         let may_wait = !outcome.decision.allowed && call.block_ms.is_some() && outcome.decision.retry_after_ms != NEVER;
         if may_wait && block::wait(ctx, argv, algorithm, &call, &outcome.decision) {
             return Ok(None);
