@@ -83,7 +83,10 @@ impl Codec for FixedWindow {
         let count = src.word()?;
         let updated_at_us = time(src)?;
         let p = params(src.word()?, src.word()?, None)?;
-        check((1..=p.limit()).contains(&count), "count")?;
+        // Not `count <= limit`: a refund under a lowered limit leaves the
+        // count above the call's limit, and what the algorithms store must
+        // load back. The algorithms saturate against the limit.
+        check((1..=MAX_LIMIT).contains(&count), "count")?;
         check(
             window_start_us <= updated_at_us && updated_at_us - window_start_us < p.period_us(),
             "window",
@@ -118,7 +121,8 @@ impl Codec for SlidingWindow {
             window_start_us <= updated_at_us && updated_at_us - window_start_us < p.period_us(),
             "window",
         )?;
-        check(previous <= MAX_LIMIT && current <= p.limit(), "count")?;
+        // Counts may exceed the limit after a refund under a lowered limit.
+        check(previous <= MAX_LIMIT && current <= MAX_LIMIT, "count")?;
         Ok(SlidingWindow {
             window_start_us,
             previous,
@@ -148,7 +152,8 @@ impl Codec for SlidingLog {
         let updated_at_us = time(src)?;
         let p = params(src.word()?, src.word()?, None)?;
         let entries = src.word()?;
-        check(used <= p.limit() && entries <= used, "log length")?;
+        // `used` may exceed the limit after a refund under a lowered limit.
+        check(used <= MAX_LIMIT && entries <= used, "log length")?;
         // Reserve no more than a bounded amount up front: the length is
         // untrusted until the words are actually there.
         let mut log = SlidingLog {
@@ -250,12 +255,30 @@ mod tests {
         round_trip(used::<LeakyBucket>(p, &calls));
     }
 
+    /// A refund under a lowered limit stores a count above that limit; it
+    /// must load back (it once made the RDB unloadable).
+    #[test]
+    fn refund_under_a_lowered_limit_round_trips() {
+        let high = Params::new(10, 1_000_000, None).unwrap();
+        let low = Params::new(5, 1_000_000, None).unwrap();
+        let calls = [(5, 8)];
+        let mut fixed = used::<FixedWindow>(high, &calls);
+        fixed.refund(&low, 1, 6);
+        round_trip(fixed);
+        let mut sliding = used::<SlidingWindow>(high, &calls);
+        sliding.refund(&low, 1, 6);
+        round_trip(sliding);
+        let mut log = used::<SlidingLog>(high, &[(5, 4), (6, 4)]);
+        log.refund(&low, 1, 7);
+        round_trip(log);
+    }
+
     #[test]
     fn out_of_range_fields_are_refused() {
         let p = Params::new(10, 1_000_000, None).unwrap();
         let fixed = words(&used::<FixedWindow>(p, &[(5, 3)]));
         let mut bad = fixed.clone();
-        bad[1] = 11; // count above limit
+        bad[1] = 0; // an open window without units
         assert!(FixedWindow::decode(1, &mut bad.into_iter()).is_err());
         let mut bad = fixed.clone();
         bad[4] = 0; // period
@@ -268,6 +291,10 @@ mod tests {
         let mut bad = log.clone();
         bad[0] = 4; // total disagrees with the entries
         assert!(SlidingLog::decode(1, &mut bad.into_iter()).is_err());
+
+        let mut bad = fixed.clone();
+        bad[1] = MAX_LIMIT + 1; // count beyond any limit
+        assert!(FixedWindow::decode(1, &mut bad.into_iter()).is_err());
 
         let token = words(&used::<TokenBucket>(p, &[(5, 3)]));
         let mut bad = token.clone();
