@@ -43,6 +43,10 @@ pub struct Call {
     pub exact: bool,
     /// `BLOCK ms`: wait up to this long (0: no limit) for admission.
     pub block_ms: Option<u64>,
+    /// `TTLFROM ms`, internal to the propagated form: the master's clock
+    /// (Unix ms) when it ran the call, so a replica or an AOF replay sets
+    /// the key's expiry to the same instant, however late it applies it.
+    pub ttl_from_ms: Option<u64>,
 }
 
 /// Longest `BLOCK` time: 3650 days in milliseconds.
@@ -76,6 +80,8 @@ pub enum ArgError {
     NoSpec,
     RepeatedKey,
     OptionInSpec,
+    TtlFrom,
+    InternalOption,
 }
 
 impl ArgError {
@@ -107,6 +113,10 @@ impl ArgError {
             }
             ArgError::UnknownOption(token) => format!("ERR unknown option '{token}'").into(),
             ArgError::NoSpec => "ERR THROTTLE.ALL needs at least one FIXED, SLIDING, TOKEN or LEAKY spec".into(),
+            ArgError::TtlFrom => "ERR invalid TTLFROM: expected Unix time in milliseconds, an integer \
+                from 0 to 10000000000000"
+                .into(),
+            ArgError::InternalOption => "ERR option TTLFROM is only for replication and AOF replay".into(),
             ArgError::OptionInSpec => "ERR THROTTLE.ALL takes COST and AT before its specs, and no BLOCK".into(),
             ArgError::RepeatedKey => "ERR THROTTLE.ALL names the same key more than once".into(),
         }
@@ -125,10 +135,17 @@ impl From<ParamError> for ArgError {
 }
 
 /// Parses `limit period [options...]` (everything after the key).
-pub fn parse_call<'a>(
+pub fn parse_call<'a>(algorithm: Algorithm, args: impl Iterator<Item = &'a [u8]>) -> Result<Call, ArgError> {
+    parse_call_options(algorithm, args).map(|(call, _)| call)
+}
+
+/// [`parse_call`], also telling whether `COST`, `AT` or `BLOCK` was given:
+/// THROTTLE.ALL refuses them inside a spec even at their default values
+/// (`COST 1` used to slip through).
+fn parse_call_options<'a>(
     algorithm: Algorithm,
     mut args: impl Iterator<Item = &'a [u8]>,
-) -> Result<Call, ArgError> {
+) -> Result<(Call, bool), ArgError> {
     let limit = args.next().ok_or(ArgError::WrongArity)?;
     let period = args.next().ok_or(ArgError::WrongArity)?;
     let limit = parse_u64(limit).ok_or(ArgError::Limit)?;
@@ -139,6 +156,7 @@ pub fn parse_call<'a>(
     let mut burst = None;
     let mut exact = false;
     let mut block_ms = None;
+    let mut ttl_from_ms = None;
     while let Some(token) = args.next() {
         if token.eq_ignore_ascii_case(b"COST") {
             let value = option_value(&mut args, "COST", cost.is_some())?;
@@ -146,6 +164,9 @@ pub fn parse_call<'a>(
         } else if token.eq_ignore_ascii_case(b"AT") {
             let value = option_value(&mut args, "AT", at_us.is_some())?;
             at_us = Some(parse_u64(value).filter(|&t| t <= MAX_TIME_US).ok_or(ArgError::At)?);
+        } else if token.eq_ignore_ascii_case(b"TTLFROM") {
+            let value = option_value(&mut args, "TTLFROM", ttl_from_ms.is_some())?;
+            ttl_from_ms = Some(parse_ttl_from(value)?);
         } else if token.eq_ignore_ascii_case(b"BLOCK") {
             let value = option_value(&mut args, "BLOCK", block_ms.is_some())?;
             block_ms = Some(parse_u64(value).filter(|&ms| ms <= MAX_BLOCK_MS).ok_or(ArgError::Block)?);
@@ -168,7 +189,8 @@ pub fn parse_call<'a>(
         }
     }
     let params = Params::new(limit, period_us, burst)?;
-    Ok(Call { params, cost: cost.unwrap_or(1), at_us, exact, block_ms })
+    let timed = cost.is_some() || at_us.is_some() || block_ms.is_some() || ttl_from_ms.is_some();
+    Ok((Call { params, cost: cost.unwrap_or(1), at_us, exact, block_ms, ttl_from_ms }, timed))
 }
 
 /// Parses `THROTTLE.ALL [COST n] [AT µs] spec [spec ...]`, `args` being
@@ -177,6 +199,7 @@ pub fn parse_call<'a>(
 pub fn parse_all(args: &[&[u8]]) -> Result<Vec<Spec>, ArgError> {
     let mut cost = None;
     let mut at_us = None;
+    let mut ttl_from_ms = None;
     let mut i = 1;
     while let Some(token) = args.get(i) {
         let mut rest = args.get(i + 1..).unwrap_or_default().iter().copied();
@@ -186,6 +209,9 @@ pub fn parse_all(args: &[&[u8]]) -> Result<Vec<Spec>, ArgError> {
         } else if token.eq_ignore_ascii_case(b"AT") {
             let value = option_value(&mut rest, "AT", at_us.is_some())?;
             at_us = Some(parse_u64(value).filter(|&t| t <= MAX_TIME_US).ok_or(ArgError::At)?);
+        } else if token.eq_ignore_ascii_case(b"TTLFROM") {
+            let value = option_value(&mut rest, "TTLFROM", ttl_from_ms.is_some())?;
+            ttl_from_ms = Some(parse_ttl_from(value)?);
         } else {
             break;
         }
@@ -203,8 +229,8 @@ pub fn parse_all(args: &[&[u8]]) -> Result<Vec<Spec>, ArgError> {
         if fields.len() < 2 {
             return Err(ArgError::WrongArity);
         }
-        let call = parse_call(algorithm, fields.iter().copied())?;
-        if call.cost != 1 || call.at_us.is_some() || call.block_ms.is_some() {
+        let (call, timed) = parse_call_options(algorithm, fields.iter().copied())?;
+        if timed {
             return Err(ArgError::OptionInSpec);
         }
         let key = args.get(i + 1);
@@ -214,7 +240,7 @@ pub fn parse_all(args: &[&[u8]]) -> Result<Vec<Spec>, ArgError> {
         specs.push(Spec {
             algorithm,
             key_index: i + 1,
-            call: Call { cost: cost.unwrap_or(1), at_us, ..call },
+            call: Call { cost: cost.unwrap_or(1), at_us, ttl_from_ms, ..call },
         });
         i = end;
     }
@@ -256,6 +282,10 @@ pub fn parse_u64(bytes: &[u8]) -> Option<u64> {
         let digit = u64::from(b.checked_sub(b'0').filter(|d| *d <= 9)?);
         n.checked_mul(10)?.checked_add(digit)
     })
+}
+
+fn parse_ttl_from(value: &[u8]) -> Result<u64, ArgError> {
+    parse_u64(value).filter(|&t| t <= MAX_TIME_US / 1000).ok_or(ArgError::TtlFrom)
 }
 
 /// A plain decimal integer with an optional leading `-`.
@@ -336,6 +366,9 @@ mod tests {
         assert_eq!((c.cost, c.at_us, c.exact, c.params.burst()), (1, None, true, 20));
         let c = parse(Algorithm::Fixed, "20 1 COST -5 block 0").unwrap();
         assert_eq!((c.cost, c.block_ms), (-5, Some(0)));
+        let c = parse(Algorithm::Fixed, "20 1 TTLFROM 1700000000000").unwrap();
+        assert_eq!(c.ttl_from_ms, Some(1_700_000_000_000));
+        assert_eq!(parse(Algorithm::Fixed, "20 1 TTLFROM 10000000000001"), Err(ArgError::TtlFrom));
         assert_eq!(parse_i64(b"-0"), Some(0));
         assert_eq!(parse_i64(b"-9223372036854775808"), Some(i64::MIN));
         assert_eq!(parse_i64(b"9223372036854775808"), None);
@@ -401,6 +434,10 @@ mod tests {
             ("THROTTLE.ALL BOGUS a 1 1", ArgError::UnknownOption("BOGUS".into())),
             ("THROTTLE.ALL COST x FIXED a 1 1", ArgError::Cost),
             ("THROTTLE.ALL FIXED a 1 1 COST 2", ArgError::OptionInSpec),
+            // The default value is refused too: the README allows no COST in a spec.
+            ("THROTTLE.ALL FIXED a 1 1 COST 1", ArgError::OptionInSpec),
+            ("THROTTLE.ALL COST 3 TOKEN a 1 1 cost 1", ArgError::OptionInSpec),
+            ("THROTTLE.ALL FIXED a 1 1 BLOCK 0", ArgError::OptionInSpec),
         ];
         for (line, want) in bad {
             let args: Vec<&[u8]> = line.split(' ').map(str::as_bytes).collect();
