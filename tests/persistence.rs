@@ -290,7 +290,6 @@ fn memory_usage_grows_with_an_exact_log() {
 /// A key's expiry is a point in time: replaying the AOF after a pause must
 /// not push it later by the pause (Redis itself writes PEXPIREAT for that).
 #[test]
-#[ignore = "bug: the propagated THROTTLE call sets a TTL relative to the replay time (RedisModule_SetExpire), so an AOF replay or a lagging replica extends every key by the delay"]
 fn aof_replay_keeps_absolute_expiry() {
     let mut server = Server::start_with(&["--appendonly", "yes"]);
     let mut c = server.conn();

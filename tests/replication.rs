@@ -65,22 +65,16 @@ fn cost(rng: &mut Rng, limit: u64) -> u64 {
     }
 }
 
-/// How much later than the master's a replica's TTLs may end today: the
-/// replica sets each TTL relative to when it applies the call, so its lag
-/// (a 200 ms stall, plus catching up on a busy machine) shows up in full
-/// (see `replica_ttls_match_master`).
-const KNOWN_TTL_LAG_MS: i64 = 5_000;
+/// How far a replica's TTLs may be from the master's: the propagated call
+/// carries the master's clock (TTLFROM), so a stalled replica's keys still
+/// expire when the master's do; what is left is clock reading jitter.
+const TTL_TOLERANCE_MS: i64 = 100;
 
 #[test]
 fn replica_matches_master_after_a_random_workload_with_stalls() {
-    workload_then_compare(KNOWN_TTL_LAG_MS);
+    workload_then_compare(TTL_TOLERANCE_MS);
 }
 
-#[test]
-#[ignore = "bug: the propagated THROTTLE call sets a TTL relative to when the replica applies it (RedisModule_SetExpire), so a stalled replica's keys expire later than the master's"]
-fn replica_ttls_match_master() {
-    workload_then_compare(100);
-}
 
 fn workload_then_compare(max_lag_ms: i64) {
     // No delay before the full sync's diskless transfer (5 s by default).

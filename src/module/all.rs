@@ -5,7 +5,7 @@ use std::ffi::c_int;
 
 use redis_module::raw;
 
-use super::commands::{run_on_key, settle, CommandError, Mode, Outcome};
+use super::commands::{refuse_internal_options, run_on_key, settle, CommandError, Mode, Outcome};
 use super::ffi::{self, cstr, Ctx, Key, RString};
 use super::stats::{self, Counter};
 use crate::args::{parse_all, Spec};
@@ -39,11 +39,14 @@ fn parse(argv: &[RString]) -> Result<Vec<Spec>, CommandError> {
 }
 
 /// Checks every limit without changing anything; only if all admit, runs
-/// them for real. Propagates one `THROTTLE.ALL COST n AT t spec...`.
+/// them for real. Propagates one `THROTTLE.ALL COST n AT t TTLFROM ms
+/// spec...`.
 fn run(ctx: Ctx, argv: &[RString]) -> Result<(bool, Vec<Outcome>), CommandError> {
     let specs = parse(argv)?;
     let Some(first) = specs.first() else { return Ok((true, Vec::new())) };
+    refuse_internal_options(ctx, &first.call)?;
     let (cost, now_us) = (first.call.cost, first.call.at_us.unwrap_or_else(super::clock::now_us));
+    let now_ms = super::clock::now_us() / 1000;
     let mut keys = Vec::with_capacity(specs.len());
     let mut trial = Vec::with_capacity(specs.len());
     for spec in &specs {
@@ -71,18 +74,18 @@ fn run(ctx: Ctx, argv: &[RString]) -> Result<(bool, Vec<Outcome>), CommandError>
     for (spec, key) in specs.iter().zip(&keys) {
         let outcome = run_on_key(key, spec.algorithm, &spec.call, now_us, Mode::Apply)?;
         if outcome.changed {
-            settle(key, &outcome);
+            settle(key, &outcome, &spec.call, now_ms);
         }
         outcomes.push(outcome);
     }
     drop(keys);
     if outcomes.iter().any(|o| o.changed) {
-        propagate(ctx, argv, &specs, cost, now_us);
+        propagate(ctx, argv, &specs, cost, now_us, first.call.ttl_from_ms.unwrap_or(now_ms));
     }
     Ok((true, outcomes))
 }
 
-fn propagate(ctx: Ctx, argv: &[RString], specs: &[Spec], cost: i64, now_us: u64) {
+fn propagate(ctx: Ctx, argv: &[RString], specs: &[Spec], cost: i64, now_us: u64, ttl_from_ms: u64) {
     // The specs start one before the first key.
     let Some(start) = specs.first().map(|s| s.key_index - 1) else { return };
     let Some(rest) = argv.get(start..) else { return };
@@ -93,11 +96,13 @@ fn propagate(ctx: Ctx, argv: &[RString], specs: &[Spec], cost: i64, now_us: u64)
             replicate(
                 ctx,
                 cstr!("THROTTLE.ALL"),
-                cstr!("clclv"),
+                cstr!("clclclv"),
                 cstr!("COST"),
                 cost,
                 cstr!("AT"),
                 now_us as i64,
+                cstr!("TTLFROM"),
+                ttl_from_ms as i64,
                 rest.as_ptr(),
                 rest.len(),
             );

@@ -24,13 +24,13 @@
 //!
 //! Propagation is deterministic, and only when the state changed:
 //! - the key held the call's parameters (or nothing): `THROTTLE.TOKEN key
-//!   <count> <period>s COST <quantity> AT <now_us> BURST <max_burst + 1>`
-//!   (a refund's COST is capped at the burst, which already empties the
+//!   <count> <period>s COST <quantity> AT <now_us> TTLFROM <now_ms> BURST
+//!   <max_burst + 1>` (a refund's COST is capped at the burst, which already empties the
 //!   bucket); the replica runs the same bucket step, TTL and deletion;
 //! - the key held other parameters (redis-cell keeps the debt in time where
 //!   THROTTLE.TOKEN would keep tokens): the converted state itself,
-//!   `THROTTLE._LOAD key thr-token <version> <words>` then `PEXPIRE key
-//!   <ttl ms>`, or `DEL key` when the bucket is full again.
+//!   `THROTTLE._LOAD key thr-token <version> <words>` then `PEXPIREAT key
+//!   <unix ms>`, or `DEL key` when the bucket is full again.
 
 use std::ffi::c_char;
 
@@ -153,7 +153,7 @@ fn propagate(ctx: Ctx, key: RString, quota: &CellQuota, outcome: &Outcome, words
                 replicate(
                     ctx,
                     cstr!("THROTTLE.TOKEN"),
-                    cstr!("slbclclcl"),
+                    cstr!("slbclclclcl"),
                     key,
                     limit,
                     period.as_ptr().cast::<c_char>(),
@@ -162,6 +162,8 @@ fn propagate(ctx: Ctx, key: RString, quota: &CellQuota, outcome: &Outcome, words
                     cost,
                     cstr!("AT"),
                     at,
+                    cstr!("TTLFROM"),
+                    now_ms(),
                     cstr!("BURST"),
                     burst,
                 );
@@ -177,7 +179,7 @@ fn propagate(ctx: Ctx, key: RString, quota: &CellQuota, outcome: &Outcome, words
     }
 }
 
-/// `THROTTLE._LOAD key thr-token <version> <words>` and `PEXPIRE key <ms>`
+/// `THROTTLE._LOAD key thr-token <version> <words>` and `PEXPIREAT key <unix ms>`
 /// (Redis wraps the two in MULTI/EXEC).
 fn replicate_state(ctx: Ctx, key: RString, words: &[u64], ttl_ms: u64) {
     // SAFETY: reading function pointers Redis set at load time.
@@ -208,11 +210,18 @@ fn replicate_state(ctx: Ctx, key: RString, words: &[u64], ttl_ms: u64) {
             strings.as_mut_ptr(),
             strings.len(),
         );
-        replicate(ctx, cstr!("PEXPIRE"), cstr!("sl"), key, ttl);
+        // Absolute, so a late replica or an AOF replay expires it when the
+        // master does.
+        replicate(ctx, cstr!("PEXPIREAT"), cstr!("sl"), key, now_ms().saturating_add(ttl));
         for s in strings {
             free(ctx, s);
         }
     }
+}
+
+/// The server's clock in Unix ms, as the propagated forms carry it.
+fn now_ms() -> i64 {
+    i64::try_from(super::clock::now_us() / 1000).unwrap_or(i64::MAX)
 }
 
 /// `<seconds>s` in decimal, written into `buffer` without allocating.

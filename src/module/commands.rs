@@ -53,6 +53,7 @@ pub(crate) fn throttle(ctx: Ctx, argv: &[RString], algorithm: Algorithm) {
             return Err(CommandError::from(ArgError::WrongArity));
         };
         let call = parse_call(algorithm, rest.iter().map(|s| ffi::bytes(*s)))?;
+        refuse_internal_options(ctx, &call)?;
         if call.block_ms.is_some() && block::must_queue(ctx, *key_name, algorithm, &call) {
             return Ok(None);
         }
@@ -89,21 +90,43 @@ pub(crate) fn execute(
     let key = Key::open(ctx, key_name);
     let outcome = run_on_key(&key, algorithm, call, now_us, Mode::Apply)?;
     if outcome.changed {
-        settle(&key, &outcome);
+        let now_ms = super::clock::now_us() / 1000;
+        settle(&key, &outcome, call, now_ms);
         drop(key);
-        propagate(ctx, key_name, algorithm, call, now_us);
+        propagate(ctx, key_name, algorithm, call, now_us, now_ms);
     }
     Ok(outcome)
 }
 
-/// After a change: the key's TTL becomes its `reset_after`; an idle key is
-/// deleted.
-pub(crate) fn settle(key: &Key, outcome: &Outcome) {
-    if outcome.decision.reset_after_ms == 0 {
-        key.delete();
-    } else {
-        key.set_expire_ms(outcome.decision.reset_after_ms);
+/// `TTLFROM` comes only with the propagated form: from the master's
+/// replication stream or an AOF being loaded.
+pub(crate) fn refuse_internal_options(ctx: Ctx, call: &Call) -> Result<(), CommandError> {
+    if call.ttl_from_ms.is_none() {
+        return Ok(());
     }
+    // SAFETY: plain call on a live context.
+    let flags = unsafe { raw::RedisModule_GetContextFlags.map_or(0, |f| f(ctx)) } as u32;
+    if flags & (raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING) != 0 {
+        Ok(())
+    } else {
+        Err(ArgError::InternalOption.into())
+    }
+}
+
+/// After a change: the key expires when it is idle again, `reset_after`
+/// after the call (after the master's call, for a propagated one); an idle
+/// key is deleted.
+pub(crate) fn settle(key: &Key, outcome: &Outcome, call: &Call, now_ms: u64) {
+    let reset_after_ms = outcome.decision.reset_after_ms;
+    if reset_after_ms == 0 {
+        key.delete();
+        return;
+    }
+    let ttl_ms = match call.ttl_from_ms {
+        Some(from_ms) => (from_ms + reset_after_ms).saturating_sub(now_ms),
+        None => reset_after_ms,
+    };
+    key.set_expire_ms(ttl_ms);
 }
 
 /// Apply changes the key; DryRun answers what Apply would, changing nothing.
@@ -166,10 +189,11 @@ fn run<T: Stored>(key: &Key, call: &Call, now_us: u64, mode: Mode) -> Result<Out
 }
 
 /// Replicas and the AOF get the call with its time fixed, so they compute
-/// exactly the master's state: `CMD key limit <period>ms COST n AT t
-/// [BURST b] [EXACT]`. Numbers go as integers (Redis formats them); the
-/// period is written into a stack buffer.
-pub(crate) fn propagate(ctx: Ctx, key: RString, algorithm: Algorithm, call: &Call, now_us: u64) {
+/// exactly the master's state, and with the master's clock, so the key
+/// expires at the same instant: `CMD key limit <period>ms COST n AT t
+/// TTLFROM ms [BURST b] [EXACT]`. Numbers go as integers (Redis formats
+/// them); the period is written into a stack buffer.
+pub(crate) fn propagate(ctx: Ctx, key: RString, algorithm: Algorithm, call: &Call, now_us: u64, now_ms: u64) {
     // SAFETY: reading a function pointer Redis set at load time.
     let Some(replicate) = (unsafe { raw::RedisModule_Replicate }) else {
         return;
@@ -180,21 +204,22 @@ pub(crate) fn propagate(ctx: Ctx, key: RString, algorithm: Algorithm, call: &Cal
     let period = period_ms_text(call.params.period_us() / 1000, &mut buffer);
     let (period_ptr, period_len) = (period.as_ptr().cast::<c_char>(), period.len());
     let at = now_us as i64;
+    let ttl_from = call.ttl_from_ms.unwrap_or(now_ms) as i64;
     // SAFETY: each format letter matches its argument: s = RedisModuleString,
     // b = buffer and length, c = C string, l = long long.
     unsafe {
         match algorithm {
             Algorithm::Fixed | Algorithm::Sliding if !call.exact => replicate(
-                ctx, name, cstr!("slbclcl"), key, limit, period_ptr, period_len, cstr!("COST"), call.cost,
-                cstr!("AT"), at,
+                ctx, name, cstr!("slbclclcl"), key, limit, period_ptr, period_len, cstr!("COST"), call.cost,
+                cstr!("AT"), at, cstr!("TTLFROM"), ttl_from,
             ),
             Algorithm::Fixed | Algorithm::Sliding => replicate(
-                ctx, name, cstr!("slbclclc"), key, limit, period_ptr, period_len, cstr!("COST"), call.cost,
-                cstr!("AT"), at, cstr!("EXACT"),
+                ctx, name, cstr!("slbclclclc"), key, limit, period_ptr, period_len, cstr!("COST"), call.cost,
+                cstr!("AT"), at, cstr!("TTLFROM"), ttl_from, cstr!("EXACT"),
             ),
             Algorithm::Token | Algorithm::Leaky => replicate(
-                ctx, name, cstr!("slbclclcl"), key, limit, period_ptr, period_len, cstr!("COST"), call.cost,
-                cstr!("AT"), at, cstr!("BURST"), call.params.burst() as i64,
+                ctx, name, cstr!("slbclclclcl"), key, limit, period_ptr, period_len, cstr!("COST"), call.cost,
+                cstr!("AT"), at, cstr!("TTLFROM"), ttl_from, cstr!("BURST"), call.params.burst() as i64,
             ),
         };
     }
