@@ -33,8 +33,10 @@ build: deps
 run: build
 	@scripts/run.sh $(PORT)
 
+# The module under test is the release build (what users load); the test
+# binaries themselves build in the faster debug profile.
 test: build
-	$(CARGO) test --release --all-targets
+	$(CARGO) test --all-targets
 
 # Benchmarks: criterion micro-benchmarks, then redis-benchmark against INCR
 # and the Lua scripts it replaces; writes bench/results.md and bench/chart.svg.
@@ -70,3 +72,34 @@ install: build
 	install -m 0755 $(BUILT_SO) $(MODULE_DIR)/libredis_throttle.so
 	@echo "installed $(MODULE_DIR)/libredis_throttle.so; load it with this line in redis.conf:"
 	@echo "    loadmodule $(PREFIX)/lib/redis/modules/libredis_throttle.so"
+
+# make fuzz        cargo fuzz on each target for FUZZ_SECONDS (60) seconds
+# make fuzz-short  the same for 10 s each, to run from make test
+# make valgrind    integration tests with redis-server under valgrind memcheck
+.PHONY: fuzz fuzz-short valgrind
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := parse_call decode_state algorithms
+# libFuzzer's instrumentation needs -Z flags; RUSTC_BOOTSTRAP=1 lets the
+# stable compiler take them (no nightly toolchain needed). Fuzz builds keep
+# their own target dir, fuzz/target. Crashes land in fuzz/artifacts/<target>/;
+# copy them to fuzz/regressions/<target>/ to replay them in cargo test.
+FUZZ := RUSTC_BOOTSTRAP=1 CARGO_TARGET_DIR=$(CURDIR)/fuzz/target $(CARGO) fuzz
+
+fuzz:
+	@command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz
+	$(FUZZ) build
+	@for t in $(FUZZ_TARGETS); do \
+	  mkdir -p fuzz/corpus/$$t; \
+	  dict=""; [ -f fuzz/dict/$$t.dict ] && dict="-dict=fuzz/dict/$$t.dict"; \
+	  echo "== fuzz $$t for $(FUZZ_SECONDS) s"; \
+	  $(FUZZ) run $$t fuzz/corpus/$$t fuzz/regressions/$$t -- \
+	    -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 $$dict \
+	    2>fuzz/corpus/$$t.log || { tail -60 fuzz/corpus/$$t.log; exit 1; }; \
+	  grep -E '^stat::number_of_executed_units|^stat::peak_rss_mb' fuzz/corpus/$$t.log | sed "s/^/$$t /"; \
+	done
+
+fuzz-short:
+	@$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=10
+
+valgrind: build
+	@scripts/valgrind.sh
