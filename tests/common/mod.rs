@@ -21,6 +21,35 @@ pub fn module_path() -> PathBuf {
     path
 }
 
+/// `THROTTLE_SERVER_WRAPPER`: a command line that runs the server, e.g.
+/// `valgrind --leak-check=full --log-file=/tmp/vg-%p.log` (split on
+/// whitespace); `THROTTLE_REDIS_SERVER`: the server binary (default
+/// `redis-server` on PATH), e.g. one built with libc malloc for valgrind.
+fn server_command() -> Command {
+    let binary = std::env::var("THROTTLE_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+    let wrapper = std::env::var("THROTTLE_SERVER_WRAPPER").unwrap_or_default();
+    let mut words = wrapper.split_whitespace();
+    match words.next() {
+        Some(program) => {
+            let mut command = Command::new(program);
+            command.args(words).arg(binary);
+            command
+        }
+        None => Command::new(binary),
+    }
+}
+
+/// How much slower than usual the server runs: 30 under a wrapper
+/// (valgrind), else 1. Readiness, shutdown and [`wait_until`] time-outs
+/// are multiplied by it.
+pub fn slowdown() -> u32 {
+    if std::env::var("THROTTLE_SERVER_WRAPPER").is_ok_and(|w| !w.trim().is_empty()) {
+        30
+    } else {
+        1
+    }
+}
+
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
 }
@@ -30,6 +59,7 @@ pub struct Server {
     pub dir: tempdir::Dir,
     child: Option<Child>,
     extra: Vec<String>,
+    module: PathBuf,
 }
 
 impl Server {
@@ -48,10 +78,20 @@ impl Server {
     /// filled the server's (empty) directory: for fixtures and for cluster
     /// nodes, whose bus port is `port + 10000`.
     pub fn start_prepared(port: u16, prepare: impl FnOnce(&Path), extra: &[&str]) -> Server {
+        Server::start_full(port, prepare, extra, module_path())
+    }
+
+    /// Like [`Server::start_with`], loading `module` instead of the module
+    /// under test (e.g. the debug build).
+    pub fn start_with_module(module: &Path, extra: &[&str]) -> Server {
+        Server::start_full(free_port(), |_| {}, extra, module.to_path_buf())
+    }
+
+    fn start_full(port: u16, prepare: impl FnOnce(&Path), extra: &[&str], module: PathBuf) -> Server {
         let dir = tempdir::Dir::new();
         prepare(dir.path());
         let extra = extra.iter().map(|s| s.to_string()).collect();
-        let mut server = Server { port: 0, dir, child: None, extra };
+        let mut server = Server { port: 0, dir, child: None, extra, module };
         server.launch(port);
         server
     }
@@ -73,11 +113,11 @@ impl Server {
             "--logfile".into(),
             "redis.log".into(),
             "--loadmodule".into(),
-            module_path().display().to_string(),
+            self.module.display().to_string(),
         ];
         // Later arguments win, so callers can override the defaults.
         args.extend(self.extra.iter().cloned());
-        let child = Command::new("redis-server")
+        let child = server_command()
             .args(&args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -90,7 +130,7 @@ impl Server {
     }
 
     fn wait_ready(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let deadline = Instant::now() + Duration::from_secs(20) * slowdown();
         loop {
             if let Ok(mut c) = redis::Client::open(self.url()).and_then(|c| c.get_connection()) {
                 let loading: redis::RedisResult<String> = redis::cmd("PING").query(&mut c);
@@ -125,7 +165,9 @@ impl Server {
             if let Ok(mut c) = redis::Client::open(self.url()).and_then(|c| c.get_connection()) {
                 let _: redis::RedisResult<()> = redis::cmd("SHUTDOWN").arg(how).query(&mut c);
             }
-            let deadline = Instant::now() + Duration::from_secs(20);
+            // Under valgrind the exit includes the leak check: give it time
+            // rather than kill it before it reports.
+            let deadline = Instant::now() + Duration::from_secs(20) * slowdown();
             while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(10));
             }
@@ -171,6 +213,7 @@ pub fn now_us() -> u64 {
 
 /// Polls `condition` until it holds, failing after `timeout` with `what`.
 pub fn wait_until(what: &str, timeout: Duration, mut condition: impl FnMut() -> bool) {
+    let timeout = timeout * slowdown();
     let deadline = Instant::now() + timeout;
     while !condition() {
         assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
