@@ -1,0 +1,285 @@
+//! Extreme parameters against a live server: limit, BURST and COST at
+//! 10^15, periods of 3650 days and 1 ms, AT at 0 and at 10^16 and going
+//! backwards. Every reply is the exact one the README's arithmetic gives
+//! (no overflow, no saturation); one past each bound is the documented
+//! error and creates nothing; the extreme states survive DEBUG RELOAD.
+
+mod common;
+
+use common::{call, digest, error, throttle, Reply, Server};
+
+const MAX: u64 = 1_000_000_000_000_000;
+/// 3650 days in ms and in µs.
+const P_MS: i64 = 315_360_000_000;
+const P_US: u64 = 315_360_000_000_000;
+const MAX_AT: u64 = 10_000_000_000_000_000;
+
+const LIMIT_ERR: &str = "ERR invalid limit: expected an integer from 1 to 1000000000000000";
+const PERIOD_ERR: &str = "ERR invalid period: expected a positive integer with an optional unit ms, s, m, h or d (bare numbers are seconds), from 1ms to 3650d";
+const COST_ERR: &str = "ERR invalid COST: expected an integer from -1000000000000000 to 1000000000000000 (negative gives units back)";
+const BLOCK_ERR: &str = "ERR invalid BLOCK: expected milliseconds, an integer from 0 (no time-out) to 315360000000";
+const AT_ERR: &str = "ERR invalid AT: expected Unix time in microseconds, an integer from 0 to 10000000000000000";
+const BURST_ERR: &str = "ERR invalid BURST: expected an integer from 1 to 1000000000000000";
+const BURST_SLOW_ERR: &str = "ERR invalid BURST: at this rate a full bucket would take more than 3650 days to refill";
+
+fn t(c: &mut redis::Connection, line: &str, want: Reply) {
+    assert_eq!(throttle(c, line), want, "{line}");
+}
+
+/// Runs the calls in one MULTI/EXEC: the server's clock stands still
+/// during EXEC, so keys whose TTL is a millisecond or two cannot expire
+/// between the calls.
+fn atomic(c: &mut redis::Connection, steps: &[(String, Reply)]) {
+    let mut pipe = redis::pipe();
+    pipe.atomic();
+    for (line, _) in steps {
+        let mut words = line.split(' ');
+        let p = pipe.cmd(words.next().unwrap_or_default());
+        for w in words {
+            p.arg(w);
+        }
+    }
+    let replies: Vec<Vec<i64>> = pipe.query(c).unwrap_or_else(|e| panic!("{steps:?}: {e}"));
+    for ((line, want), got) in steps.iter().zip(&replies) {
+        assert_eq!(got[..], [want.0, want.1, want.2, want.3, want.4], "{line}");
+    }
+}
+
+fn exists(c: &mut redis::Connection, key: &str) -> i64 {
+    call(c, &format!("EXISTS {key}")).unwrap()
+}
+
+fn pttl(c: &mut redis::Connection, key: &str) -> i64 {
+    call(c, &format!("PTTL {key}")).unwrap()
+}
+
+fn assert_pttl_near(c: &mut redis::Connection, key: &str, want: i64) {
+    let ttl = pttl(c, key);
+    assert!((want - 5_000..=want).contains(&ttl), "{key}: PTTL {ttl}, want about {want}");
+}
+
+#[test]
+fn fixed_window_at_the_bounds() {
+    let server = Server::start();
+    let c = &mut server.conn();
+    let (m, mi) = (MAX, MAX as i64);
+    // The whole limit in one call, a 3650-day window at time 0.
+    t(c, &format!("THROTTLE.FIXED x:f {m} 3650d COST {m} AT 0"), (1, mi, 0, 0, P_MS));
+    assert_pttl_near(c, "x:f", P_MS);
+    t(c, &format!("THROTTLE.FIXED x:f {m} 3650d COST 1 AT 0"), (0, mi, 0, P_MS, P_MS));
+    t(c, &format!("THROTTLE.FIXED x:f {m} 3650d COST {m} AT {}", P_US - 1), (0, mi, 0, 1, 1));
+    // The window ends exactly one period after it opened.
+    t(c, &format!("THROTTLE.FIXED x:f {m} 3650d COST 1 AT {P_US}"), (1, mi, mi - 1, 0, P_MS));
+    // Going backwards counts as the last change's time.
+    t(c, &format!("THROTTLE.FIXED x:f {m} 3650d COST 1 AT 0"), (1, mi, mi - 2, 0, P_MS));
+    // The whole limit back: idle, the key is gone.
+    t(c, &format!("THROTTLE.FIXED x:f {m} 3650d COST -{m} AT 0"), (1, mi, mi, 0, 0));
+    assert_eq!(exists(c, "x:f"), 0);
+
+    // 1 ms windows at the last representable instant; from the year 2286
+    // back to 1970 is still the year 2286 for this key.
+    atomic(c, &[
+        (format!("THROTTLE.FIXED x:g 1 1ms AT {MAX_AT}"), (1, 1, 0, 0, 1)),
+        (format!("THROTTLE.FIXED x:g 1 1ms AT {}", MAX_AT - 1), (0, 1, 0, 1, 1)),
+        (format!("THROTTLE.FIXED x:g 1 1ms AT {}", MAX_AT - 10_000_000_000), (0, 1, 0, 1, 1)),
+        ("THROTTLE.FIXED x:g 1 1ms COST 0 AT 0".to_string(), (1, 1, 0, 0, 1)),
+    ]);
+}
+
+#[test]
+fn sliding_counter_at_the_bounds() {
+    let server = Server::start();
+    let c = &mut server.conn();
+    let (m, mi) = (MAX, MAX as i64);
+    // The current window weighs on the next one too: reset_after is two
+    // periods at the start of a window.
+    t(c, &format!("THROTTLE.SLIDING x:s {m} 3650d COST {m} AT 0"), (1, mi, 0, 0, 2 * P_MS));
+    assert_pttl_near(c, "x:s", 2 * P_MS);
+    // One unit frees up once the previous window weighs at most
+    // (10^15 - 1)/10^15: 1 µs into the next window.
+    t(c, &format!("THROTTLE.SLIDING x:s {m} 3650d COST 1 AT 0"), (0, mi, 0, P_MS + 1, 2 * P_MS));
+    // 1 ms into the next window the previous one weighs (P - 1000)/P:
+    // floor(1000 * 10^15 / P) - 1 = 3169 units are free after this one.
+    t(c, &format!("THROTTLE.SLIDING x:s {m} 3650d COST 1 AT {}", P_US + 1_000), (1, mi, 3169, 0, 2 * P_MS - 1));
+    // Backwards: the key's time holds.
+    t(c, &format!("THROTTLE.SLIDING x:s {m} 3650d COST 0 AT 5"), (1, mi, 3169, 0, 2 * P_MS - 1));
+    // A refund takes the current window's unit, then the previous
+    // window's: one of those is left.
+    t(c, &format!("THROTTLE.SLIDING x:s {m} 3650d COST -{m} AT 0"), (1, mi, mi - 1, 0, P_MS - 1));
+    t(c, &format!("THROTTLE.SLIDING x:s {m} 3650d COST -1 AT 0"), (1, mi, mi, 0, 0));
+    assert_eq!(exists(c, "x:s"), 0);
+
+    // 1 ms windows at 10^16 (a multiple of 1 ms: a window starts there).
+    // One more unit fits once 3 * (1000 - e) <= 2000: 334 µs into the next
+    // window.
+    atomic(c, &[
+        (format!("THROTTLE.SLIDING x:t 3 1ms COST 3 AT {MAX_AT}"), (1, 3, 0, 0, 2)),
+        (format!("THROTTLE.SLIDING x:t 3 1ms COST 1 AT {MAX_AT}"), (0, 3, 0, 2, 2)),
+    ]);
+    let t0 = MAX_AT - 1_000_000;
+    atomic(c, &[
+        (format!("THROTTLE.SLIDING x:u 3 1ms COST 3 AT {t0}"), (1, 3, 0, 0, 2)),
+        (format!("THROTTLE.SLIDING x:u 3 1ms COST 1 AT {}", t0 + 1_333), (0, 3, 0, 1, 1)),
+        (format!("THROTTLE.SLIDING x:u 3 1ms COST 1 AT {}", t0 + 1_334), (1, 3, 0, 0, 2)),
+    ]);
+}
+
+#[test]
+fn sliding_log_at_the_bounds() {
+    let server = Server::start();
+    let c = &mut server.conn();
+    let (m, mi) = (MAX, MAX as i64);
+    t(c, &format!("THROTTLE.SLIDING x:e {m} 3650d COST {m} AT {MAX_AT} EXACT"), (1, mi, 0, 0, P_MS));
+    t(c, &format!("THROTTLE.SLIDING x:e {m} 3650d COST 1 AT {MAX_AT} EXACT"), (0, mi, 0, P_MS, P_MS));
+    // Backwards from 10^16 to 0.
+    t(c, &format!("THROTTLE.SLIDING x:e {m} 3650d COST 1 AT 0 EXACT"), (0, mi, 0, P_MS, P_MS));
+    let info: Vec<String> = call(c, "THROTTLE.INFO x:e").unwrap();
+    let want: Vec<String> = [
+        "algorithm", "sliding-exact", "limit", &MAX.to_string(), "period_ms", &P_MS.to_string(), "updated_at",
+        &MAX_AT.to_string(), "entries", "1", "remaining", "0", "reset_after",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    assert_eq!(info[..want.len()], want[..], "{info:?}");
+    // A huge and a 1-unit entry, then half of the huge one back (the
+    // newest units go first).
+    atomic(c, &[
+        (format!("THROTTLE.SLIDING x:e2 {m} 1ms COST {} AT 0 EXACT", m - 1), (1, mi, 1, 0, 1)),
+        (format!("THROTTLE.SLIDING x:e2 {m} 1ms COST 1 AT 1 EXACT"), (1, mi, 0, 0, 1)),
+        (format!("THROTTLE.SLIDING x:e2 {m} 1ms COST -{} AT 1 EXACT", m / 2), (1, mi, mi / 2, 0, 1)),
+    ]);
+}
+
+#[test]
+fn buckets_at_the_bounds() {
+    let server = Server::start();
+    let c = &mut server.conn();
+    let (m, mi) = (MAX, MAX as i64);
+    // 10^15 tokens per 3650 days: emptying the bucket takes a full period
+    // to refill; one token comes back every 0.31536 µs.
+    t(c, &format!("THROTTLE.TOKEN x:k {m} 3650d BURST {m} COST {m} AT 0"), (1, mi, 0, 0, P_MS));
+    t(c, &format!("THROTTLE.TOKEN x:k {m} 3650d BURST {m} COST 1 AT 0"), (0, mi, 0, 1, P_MS));
+    // 1 ms later: floor(10^18 / 315360000000000) = 3170 tokens, one taken.
+    t(c, &format!("THROTTLE.TOKEN x:k {m} 3650d BURST {m} COST 1 AT 1000"), (1, mi, 3169, 0, P_MS));
+    t(c, &format!("THROTTLE.TOKEN x:k {m} 3650d BURST {m} COST 1 AT 0"), (1, mi, 3168, 0, P_MS));
+
+    // The slowest bucket the bounds allow: 1 unit per ms, 3650 days deep.
+    let deep = P_MS as u64;
+    t(c, &format!("THROTTLE.LEAKY x:l 1 1ms BURST {deep} COST {deep} AT {MAX_AT}"), (1, P_MS, 0, 0, P_MS));
+    t(c, &format!("THROTTLE.LEAKY x:l 1 1ms BURST {deep} COST 1 AT {MAX_AT}"), (0, P_MS, 0, 1, P_MS));
+    t(c, &format!("THROTTLE.LEAKY x:l 1 1ms BURST {deep} COST 0 AT {MAX_AT}"), (1, P_MS, 0, P_MS, P_MS));
+    assert_eq!(error(c, &format!("THROTTLE.LEAKY x:l2 1 1ms BURST {}", deep + 1)), BURST_SLOW_ERR);
+    assert_eq!(error(c, "THROTTLE.TOKEN x:k2 1 3650d BURST 2"), BURST_SLOW_ERR);
+    // 10^15 per 1 ms: the fastest rate; the bucket refills in 1 ms.
+    atomic(c, &[
+        (format!("THROTTLE.TOKEN x:k3 {m} 1ms COST {m} AT {MAX_AT}"), (1, mi, 0, 0, 1)),
+        (format!("THROTTLE.TOKEN x:k3 {m} 1ms COST {m} AT {}", MAX_AT - 1), (0, mi, 0, 1, 1)),
+        (format!("THROTTLE.LEAKY x:l3 {m} 1ms COST {m} AT 0"), (1, mi, 0, 0, 1)),
+        (format!("THROTTLE.LEAKY x:l3 {m} 1ms COST -{m} AT 0"), (1, mi, mi, 0, 0)),
+    ]);
+    assert_eq!(exists(c, "x:l3"), 0);
+}
+
+#[test]
+fn one_past_each_bound_is_the_documented_error_and_creates_nothing() {
+    let server = Server::start();
+    let c = &mut server.conn();
+    let cases: &[(&str, &str)] = &[
+        ("THROTTLE.FIXED b 1000000000000001 1s", LIMIT_ERR),
+        ("THROTTLE.FIXED b 0 1s", LIMIT_ERR),
+        ("THROTTLE.FIXED b 9223372036854775808 1s", LIMIT_ERR),
+        ("THROTTLE.FIXED b 18446744073709551616 1s", LIMIT_ERR),
+        ("THROTTLE.FIXED b 1 3651d", PERIOD_ERR),
+        ("THROTTLE.FIXED b 1 87601h", PERIOD_ERR),
+        ("THROTTLE.FIXED b 1 5256001m", PERIOD_ERR),
+        ("THROTTLE.FIXED b 1 315360001s", PERIOD_ERR),
+        ("THROTTLE.FIXED b 1 315360000001ms", PERIOD_ERR),
+        ("THROTTLE.FIXED b 1 0ms", PERIOD_ERR),
+        ("THROTTLE.FIXED b 1 18446744073709551615d", PERIOD_ERR),
+        ("THROTTLE.SLIDING b 1 1s COST 1000000000000001", COST_ERR),
+        ("THROTTLE.SLIDING b 1 1s COST -1000000000000001", COST_ERR),
+        ("THROTTLE.SLIDING b 1 1s COST -9223372036854775808", COST_ERR),
+        ("THROTTLE.SLIDING b 1 1s COST 9223372036854775808", COST_ERR),
+        ("THROTTLE.TOKEN b 1 1s AT 10000000000000001", AT_ERR),
+        ("THROTTLE.TOKEN b 1 1s AT -1", AT_ERR),
+        ("THROTTLE.TOKEN b 1 1s BURST 1000000000000001", BURST_ERR),
+        ("THROTTLE.TOKEN b 1 1s BURST 0", BURST_ERR),
+        ("THROTTLE.LEAKY b 1 1s BLOCK 315360000001", BLOCK_ERR),
+        ("THROTTLE.LEAKY b 1 1s BLOCK -1", BLOCK_ERR),
+        ("THROTTLE.ALL COST 1000000000000001 FIXED b 1 1s", COST_ERR),
+        ("THROTTLE.ALL AT 10000000000000001 FIXED b 1 1s", AT_ERR),
+        ("THROTTLE.ALL FIXED b 1000000000000001 1s", LIMIT_ERR),
+        ("THROTTLE.ALL TOKEN b 1 3651d", PERIOD_ERR),
+        ("THROTTLE.INFO b AT 10000000000000001", AT_ERR),
+    ];
+    for (line, want) in cases {
+        assert_eq!(&error(c, line), want, "{line}");
+    }
+    assert_eq!(exists(c, "b"), 0);
+    // The bounds themselves are accepted (BLOCK on a peek answers at once).
+    let m = MAX;
+    t(c, &format!("THROTTLE.TOKEN ok {m} 315360000s BURST {m} COST 0 AT {MAX_AT} BLOCK 315360000000"), (1, m as i64, m as i64, 0, 0));
+    for period in ["3650d", "87600h", "5256000m", "315360000s", "315360000", "315360000000ms"] {
+        t(c, &format!("THROTTLE.FIXED ok {m} {period} COST -{m} AT 0"), (1, m as i64, m as i64, 0, 0));
+    }
+    assert_eq!(exists(c, "ok"), 0);
+}
+
+/// Lowering the limit, then giving units back, leaves a count above the
+/// new limit; that state must still save and load (it once made the RDB
+/// unloadable: DEBUG RELOAD emptied the server, a restart refused to
+/// start).
+#[test]
+fn refunds_under_a_lowered_limit_survive_reload() {
+    let server = Server::start();
+    let c = &mut server.conn();
+    let lines = [
+        ("x:rf", "THROTTLE.FIXED x:rf 10 1h COST 8", "THROTTLE.FIXED x:rf 5 1h COST -1", (1, 5, 0, 0)),
+        ("x:rs", "THROTTLE.SLIDING x:rs 10 3650d COST 8", "THROTTLE.SLIDING x:rs 5 3650d COST -1", (1, 5, 0, 0)),
+        ("x:re", "THROTTLE.SLIDING x:re 10 1h COST 8 EXACT", "THROTTLE.SLIDING x:re 5 1h COST -1 EXACT", (1, 5, 0, 0)),
+        // 2 tokens left, 3 missing from the smaller bucket, one back.
+        ("x:rt", "THROTTLE.TOKEN x:rt 10 3650d COST 8", "THROTTLE.TOKEN x:rt 5 3650d COST -1", (1, 5, 3, 0)),
+        // 8 queued, clamped to 5, one removed.
+        ("x:rl", "THROTTLE.LEAKY x:rl 10 3650d COST 8", "THROTTLE.LEAKY x:rl 5 3650d COST -1", (1, 5, 1, 0)),
+    ];
+    let mut digests = Vec::new();
+    for (key, first, second, head) in lines {
+        throttle(c, first);
+        let (allowed, limit, remaining, retry, _) = throttle(c, second);
+        assert_eq!((allowed, limit, remaining, retry), head, "{second}");
+        digests.push((key, digest(c, key)));
+    }
+    let reload: String = call(c, "DEBUG RELOAD").unwrap_or_else(|e| panic!("DEBUG RELOAD: {e}; log:\n{}", server.log()));
+    assert_eq!(reload, "OK");
+    for (key, before) in digests {
+        assert_eq!(digest(c, key), before, "{key} after DEBUG RELOAD");
+    }
+}
+
+#[test]
+fn extreme_states_survive_reload() {
+    let server = Server::start();
+    let c = &mut server.conn();
+    let m = MAX;
+    let lines = [
+        format!("THROTTLE.FIXED y:f {m} 3650d COST {m} AT {MAX_AT}"),
+        format!("THROTTLE.SLIDING y:s {m} 3650d COST {m} AT {MAX_AT}"),
+        format!("THROTTLE.SLIDING y:e {m} 3650d COST {m} AT {MAX_AT} EXACT"),
+        format!("THROTTLE.TOKEN y:t {m} 3650d BURST {m} COST {m} AT 0"),
+        format!("THROTTLE.LEAKY y:l 1 1ms BURST {P_MS} COST {P_MS} AT {MAX_AT}"),
+    ];
+    let mut digests = Vec::new();
+    for line in &lines {
+        assert_eq!(throttle(c, line).0, 1, "{line}");
+        let key = line.split(' ').nth(1).unwrap_or_default().to_string();
+        digests.push((key.clone(), digest(c, &key)));
+    }
+    let reload: String = call(c, "DEBUG RELOAD").unwrap_or_else(|e| panic!("DEBUG RELOAD: {e}; log:\n{}", server.log()));
+    assert_eq!(reload, "OK");
+    for (key, before) in digests {
+        assert_eq!(digest(c, &key), before, "{key}");
+        let info: redis::Value = call(c, &format!("THROTTLE.INFO {key}")).unwrap();
+        assert!(matches!(info, redis::Value::Array(ref v) if v.len() >= 12), "{key}: {info:?}");
+    }
+}

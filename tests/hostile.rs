@@ -1,0 +1,724 @@
+//! Hostile input against a live server: well over 100,000 generated
+//! commands (a seeded PRNG, no extra crates) for every THROTTLE command,
+//! made of boundary and garbage tokens: empty strings, huge and negative
+//! numbers, 2^63 and beyond, units alone, unknown and repeated options,
+//! binary bytes with `\0` and `\r\n`, 100 KB arguments, wrong arities, and
+//! `THROTTLE._LOAD` with random words, against keys of every type.
+//!
+//! Every reply must have its command's documented shape or be an error
+//! starting `ERR ` or `WRONGTYPE `; the server stays up; sentinel keys,
+//! named only by commands that must fail (and by read-only THROTTLE.INFO),
+//! keep their type, value digest and expiry; and whatever the commands left
+//! in the other keys still saves and loads (DEBUG RELOAD).
+//!
+//! The commands go through a raw RESP connection, pipelined in batches,
+//! so the bytes sent are exactly the ones generated.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use common::{now_us, Server};
+
+/// Commands generated, not counting the sentinel checks.
+const COMMANDS: usize = 300_000;
+const BATCH: usize = 1_000;
+
+// ---------------------------------------------------------------- RESP
+
+#[derive(Debug, Clone, PartialEq)]
+enum Value {
+    Simple(String),
+    Error(String),
+    Int(i64),
+    Bulk(Option<Vec<u8>>),
+    Array(Option<Vec<Value>>),
+}
+
+struct Resp {
+    reader: BufReader<TcpStream>,
+    writer: TcpStream,
+}
+
+impl Resp {
+    fn connect(port: u16) -> Resp {
+        let stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        stream.set_read_timeout(Some(Duration::from_secs(60))).expect("timeout");
+        Resp { reader: BufReader::new(stream.try_clone().expect("clone")), writer: stream }
+    }
+
+    fn send(&mut self, commands: &[Vec<Vec<u8>>]) {
+        let mut out = Vec::new();
+        for args in commands {
+            out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+            for a in args {
+                out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+                out.extend_from_slice(a);
+                out.extend_from_slice(b"\r\n");
+            }
+        }
+        self.writer.write_all(&out).expect("send");
+    }
+
+    fn line(&mut self) -> String {
+        let mut line = Vec::new();
+        self.reader.read_until(b'\n', &mut line).expect("read a reply (did the server die or hang?)");
+        assert!(line.ends_with(b"\r\n"), "truncated reply line {line:?}");
+        line.truncate(line.len() - 2);
+        String::from_utf8(line).expect("reply line in UTF-8")
+    }
+
+    fn read(&mut self) -> Value {
+        let line = self.line();
+        let (kind, rest) = line.split_at(1);
+        match kind {
+            "+" => Value::Simple(rest.to_string()),
+            "-" => Value::Error(rest.to_string()),
+            ":" => Value::Int(rest.parse().expect("integer reply")),
+            "$" => {
+                let len: i64 = rest.parse().expect("bulk length");
+                if len < 0 {
+                    return Value::Bulk(None);
+                }
+                let mut data = vec![0; len as usize + 2];
+                self.reader.read_exact(&mut data).expect("bulk body");
+                data.truncate(len as usize);
+                Value::Bulk(Some(data))
+            }
+            "*" => {
+                let len: i64 = rest.parse().expect("array length");
+                if len < 0 {
+                    return Value::Array(None);
+                }
+                Value::Array(Some((0..len).map(|_| self.read()).collect()))
+            }
+            _ => panic!("not a RESP2 reply: {line:?}"),
+        }
+    }
+
+    fn call(&mut self, args: &[&[u8]]) -> Value {
+        self.send(&[args.iter().map(|a| a.to_vec()).collect()]);
+        self.read()
+    }
+}
+
+// ---------------------------------------------------------------- generation
+
+/// SplitMix64: small, seeded, good enough to pick tokens.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+
+    fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+
+    fn pick<'a, T: ?Sized>(&mut self, items: &[&'a T]) -> &'a T {
+        items[self.below(items.len() as u64) as usize]
+    }
+}
+
+const NUMBERS: &[&str] = &[
+    "0", "1", "2", "-1", "-0", "+1", " 1", "1 ", "01", "0x10", "1e3", "1.5", "", "-", "--1",
+    "1000000000000000", "1000000000000001", "999999999999999", "-1000000000000000", "-1000000000000001",
+    "10000000000000000", "10000000000000001", "315360000000", "315360000001",
+    "9223372036854775807", "9223372036854775808", "-9223372036854775808", "-9223372036854775809",
+    "18446744073709551615", "18446744073709551616", "99999999999999999999999999",
+    "00000000000000000000001", "4294967296", "2147483648",
+];
+const PERIODS: &[&str] = &[
+    "1", "1ms", "0ms", "0", "999us", "1s", "15m", "24h", "7d", "3650d", "3651d", "87600h", "87601h",
+    "5256000m", "315360000s", "315360001s", "315360000000ms", "315360000001ms", "ms", "s", "d", "MS", "1MS",
+    "1.5s", "1 s", "s1", "1sec", "-1s", "18446744073709551615ms", "99999999999999999999d", "",
+];
+const OPTIONS: &[&str] = &[
+    "COST", "AT", "BURST", "EXACT", "BLOCK", "cost", "at", "burst", "exact", "Block", "FOO", "", "COST\0",
+    "EXACT\r\n", "NX", "KEEPTTL", "LIMIT", "SLIDING", "FIXED",
+];
+const TYPES: &[&str] = &["thr-fixed", "thr-slide", "thr-exact", "thr-token", "thr-leaky", "THR-FIXED", "string", "", "thr-nope"];
+const ALGORITHMS: &[&str] = &["FIXED", "SLIDING", "TOKEN", "LEAKY", "fixed", "Leaky", "BOGUS", "", "COST", "AT"];
+const COMMANDS_NAMES: &[&str] = &["THROTTLE.FIXED", "THROTTLE.SLIDING", "THROTTLE.TOKEN", "THROTTLE.LEAKY"];
+/// Keys the random commands may name: one of each type (made by `setup`),
+/// and some that start missing.
+const PLAY_KEYS: &[&str] = &[
+    "p:fixed", "p:sliding", "p:exact", "p:token", "p:leaky", "p:string", "p:hash", "p:list", "p:new1", "p:new2",
+    "p:new3", "p:{tag}a", "p:{tag}b",
+];
+
+struct Gen {
+    rng: Rng,
+    now: u64,
+    huge: Vec<u8>,
+    /// The server has CL.THROTTLE.
+    cell: bool,
+}
+
+impl Gen {
+    fn binary(&mut self) -> Vec<u8> {
+        let len = self.rng.below(24) as usize;
+        let specials = [0u8, b'\r', b'\n', 0xff, b' ', b'"', b'\'', b'\\', 0x80];
+        (0..len)
+            .map(|_| if self.rng.chance(40) { specials[self.rng.below(specials.len() as u64) as usize] } else { self.rng.next() as u8 })
+            .collect()
+    }
+
+    /// Any token at all: mostly meaningful ones, sometimes garbage.
+    fn token(&mut self) -> Vec<u8> {
+        match self.rng.below(100) {
+            0..=29 => self.number(),
+            30..=44 => self.period(),
+            45..=69 => self.rng.pick(OPTIONS).as_bytes().to_vec(),
+            70..=84 => self.rng.below(30).to_string().into_bytes(),
+            85..=98 => self.binary(),
+            _ => self.long(),
+        }
+    }
+
+    fn long(&mut self) -> Vec<u8> {
+        // 1 in 4 long tokens is the 100 KB one; the rest up to 4 KB.
+        if self.rng.chance(25) {
+            self.huge.clone()
+        } else {
+            let len = self.rng.below(4096) as usize;
+            (0..len).map(|i| if i == 0 { b'1' } else { b'0' + (self.rng.next() % 10) as u8 }).collect()
+        }
+    }
+
+    fn number(&mut self) -> Vec<u8> {
+        match self.rng.below(10) {
+            0..=3 => self.rng.pick(NUMBERS).as_bytes().to_vec(),
+            4..=6 => (1 + self.rng.below(50)).to_string().into_bytes(),
+            7 => self.rng.next().to_string().into_bytes(),
+            8 => format!("-{}", self.rng.below(1 << 20)).into_bytes(),
+            _ => self.at(),
+        }
+    }
+
+    fn limit(&mut self) -> Vec<u8> {
+        if self.rng.chance(75) { (1 + self.rng.below(20)).to_string().into_bytes() } else { self.number() }
+    }
+
+    fn period(&mut self) -> Vec<u8> {
+        if self.rng.chance(60) {
+            let units = ["ms", "s", "m", "h", "d", "", "MS", "H"];
+            format!("{}{}", 1 + self.rng.below(100), units[self.rng.below(units.len() as u64) as usize]).into_bytes()
+        } else {
+            self.rng.pick(PERIODS).as_bytes().to_vec()
+        }
+    }
+
+    /// An AT value: near now, or a bound.
+    fn at(&mut self) -> Vec<u8> {
+        match self.rng.below(6) {
+            0..=2 => (self.now + self.rng.below(5_000_000)).to_string().into_bytes(),
+            3 => self.now.saturating_sub(self.rng.below(10_000_000_000)).to_string().into_bytes(),
+            _ => self.rng.pick(&["0", "1", "10000000000000000", "10000000000000001", "-1", "9999999999999999"]).as_bytes().to_vec(),
+        }
+    }
+
+    /// Options after `limit period`: mostly well-formed pairs, sometimes
+    /// not.
+    fn options(&mut self, out: &mut Vec<Vec<u8>>, max: u64) {
+        for _ in 0..self.rng.below(max + 1) {
+            match self.rng.below(12) {
+                0..=2 => {
+                    out.push(b"COST".to_vec());
+                    out.push(if self.rng.chance(70) { self.rng.below(5).to_string().into_bytes() } else { self.number() });
+                }
+                3..=5 => {
+                    out.push(b"AT".to_vec());
+                    out.push(self.at());
+                }
+                6 => {
+                    out.push(b"BURST".to_vec());
+                    out.push(self.limit());
+                }
+                7 => out.push(b"EXACT".to_vec()),
+                8 => {
+                    // Malformed BLOCK values only: a call that really
+                    // blocks can lose its reply on Redis 7.0 (see
+                    // `a_blocked_call_always_gets_its_own_reply`), which
+                    // would shift every later reply here.
+                    out.push(b"BLOCK".to_vec());
+                    let v = self.rng.pick(&["-1", "315360000001", "x", "", "18446744073709551616", "1.5", "-0"]);
+                    out.push(v.as_bytes().to_vec());
+                }
+                _ => out.push(self.token()),
+            }
+        }
+    }
+
+    fn key(&mut self) -> Vec<u8> {
+        match self.rng.below(20) {
+            0 => Vec::new(),
+            1 => self.binary(),
+            _ => self.rng.pick(PLAY_KEYS).as_bytes().to_vec(),
+        }
+    }
+
+    /// One random command and what kind of reply it may get.
+    fn command(&mut self) -> (Kind, Vec<Vec<u8>>) {
+        match self.rng.below(100) {
+            0..=59 => (Kind::Five, self.algorithm_command()),
+            60..=74 => (Kind::All, self.all_command()),
+            75..=84 => (Kind::Info, self.info_command()),
+            85..=94 => (Kind::Load, self.load_command()),
+            _ if self.cell => (Kind::Cell, self.cell_command()),
+            _ => (Kind::Five, self.algorithm_command()),
+        }
+    }
+
+    fn algorithm_command(&mut self) -> Vec<Vec<u8>> {
+        if self.rng.chance(40) {
+            return self.well_formed_command();
+        }
+        let mut args = vec![self.rng.pick(COMMANDS_NAMES).as_bytes().to_vec()];
+        // Arity from 1 to many: every prefix is tried.
+        let shape = self.rng.below(20);
+        if shape >= 1 {
+            args.push(self.key());
+        }
+        if shape >= 2 {
+            args.push(self.limit());
+        }
+        if shape >= 3 {
+            args.push(self.period());
+        }
+        if shape >= 4 {
+            self.options(&mut args, 5);
+        }
+        args
+    }
+
+    /// A call that parses: it reaches the keys (and their types).
+    fn well_formed_command(&mut self) -> Vec<Vec<u8>> {
+        let name = self.rng.pick(COMMANDS_NAMES);
+        let key = self.rng.pick(PLAY_KEYS).as_bytes().to_vec();
+        let mut args = vec![name.as_bytes().to_vec(), key, (1 + self.rng.below(20)).to_string().into_bytes()];
+        let units = ["ms", "s", "m", "h", "d"];
+        args.push(format!("{}{}", 1 + self.rng.below(100), units[self.rng.below(5) as usize]).into_bytes());
+        if self.rng.chance(60) {
+            args.push(b"COST".to_vec());
+            args.push((self.rng.below(9) as i64 - 3).to_string().into_bytes());
+        }
+        if self.rng.chance(60) {
+            args.push(b"AT".to_vec());
+            args.push(self.at());
+        }
+        if name.ends_with("TOKEN") || name.ends_with("LEAKY") {
+            if self.rng.chance(50) {
+                args.push(b"BURST".to_vec());
+                args.push((1 + self.rng.below(30)).to_string().into_bytes());
+            }
+        } else if name.ends_with("SLIDING") && self.rng.chance(50) {
+            args.push(b"EXACT".to_vec());
+        }
+        args
+    }
+
+    fn spec(&mut self, args: &mut Vec<Vec<u8>>) {
+        args.push(self.rng.pick(ALGORITHMS).as_bytes().to_vec());
+        if self.rng.chance(95) {
+            args.push(self.key());
+        }
+        if self.rng.chance(95) {
+            args.push(self.limit());
+        }
+        if self.rng.chance(95) {
+            args.push(self.period());
+        }
+        if self.rng.chance(30) {
+            self.options(args, 2);
+        }
+    }
+
+    fn all_command(&mut self) -> Vec<Vec<u8>> {
+        let mut args = vec![b"THROTTLE.ALL".to_vec()];
+        if self.rng.chance(40) {
+            args.push(b"COST".to_vec());
+            args.push(if self.rng.chance(70) { self.rng.below(4).to_string().into_bytes() } else { self.number() });
+        }
+        if self.rng.chance(60) {
+            args.push(b"AT".to_vec());
+            args.push(self.at());
+        }
+        for _ in 0..self.rng.below(4) {
+            self.spec(&mut args);
+        }
+        args
+    }
+
+    fn info_command(&mut self) -> Vec<Vec<u8>> {
+        let mut args = vec![b"THROTTLE.INFO".to_vec()];
+        if self.rng.chance(95) {
+            args.push(self.key());
+        }
+        match self.rng.below(4) {
+            0 => {
+                args.push(b"AT".to_vec());
+                args.push(self.at());
+            }
+            1 => {
+                for _ in 0..self.rng.below(4) {
+                    args.push(self.token());
+                }
+            }
+            _ => {}
+        }
+        args
+    }
+
+    fn load_command(&mut self) -> Vec<Vec<u8>> {
+        let mut args = vec![b"THROTTLE._LOAD".to_vec(), self.key()];
+        if self.rng.chance(50) {
+            // A valid state of a random type, with a field or two spoiled
+            // now and then.
+            let (name, mut words) = self.valid_state();
+            args.push(name.as_bytes().to_vec());
+            args.push(if self.rng.chance(95) { b"1".to_vec() } else { self.number() });
+            for _ in 0..self.rng.below(3) {
+                if self.rng.chance(30) && !words.is_empty() {
+                    let i = self.rng.below(words.len() as u64) as usize;
+                    words[i] = String::from_utf8_lossy(&self.number()).into_owned();
+                }
+            }
+            if self.rng.chance(5) {
+                words.pop();
+            }
+            if self.rng.chance(5) {
+                words.push("0".into());
+            }
+            args.extend(words.into_iter().map(String::into_bytes));
+            return args;
+        }
+        args.push(self.rng.pick(TYPES).as_bytes().to_vec());
+        args.push(self.rng.pick(&["1", "0", "2", "-1", "", "4294967297", "1 "]).as_bytes().to_vec());
+        for _ in 0..self.rng.below(12) {
+            args.push(self.number());
+        }
+        args
+    }
+
+    /// The stored form of a valid state near now: (type name, words).
+    fn valid_state(&mut self) -> (&'static str, Vec<String>) {
+        let t = self.now + self.rng.below(1_000_000);
+        let period = *self.rng.pick(&[&1_000_000u64, &3_600_000_000, &1_000]);
+        let limit = 1 + self.rng.below(20);
+        let (name, words): (&'static str, Vec<u64>) = match self.rng.below(5) {
+            0 => ("thr-fixed", vec![t, 1 + self.rng.below(limit), t + self.rng.below(period), limit, period]),
+            1 => {
+                let start = t - t % period;
+                ("thr-slide", vec![start, self.rng.below(30), self.rng.below(limit + 1), t, limit, period])
+            }
+            2 => {
+                let n = self.rng.below(limit.min(4) + 1);
+                let mut w = vec![n, t, limit, period, n];
+                for i in 0..n {
+                    w.push(t.saturating_sub((n - i - 1) * (period / 8)));
+                    w.push(1);
+                }
+                ("thr-exact", w)
+            }
+            k => {
+                let burst = 1 + self.rng.below(20);
+                let name = if k == 3 { "thr-token" } else { "thr-leaky" };
+                (name, vec![0, self.rng.below(burst * period + 1), t, limit, period, burst])
+            }
+        };
+        (name, words.into_iter().map(|w| w.to_string()).collect())
+    }
+
+    fn cell_command(&mut self) -> Vec<Vec<u8>> {
+        let mut args = vec![b"CL.THROTTLE".to_vec()];
+        for _ in 0..self.rng.below(7) {
+            args.push(if self.rng.chance(70) { self.number() } else { self.key() });
+        }
+        args
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    /// Five integers (THROTTLE.FIXED/SLIDING/TOKEN/LEAKY, CL.THROTTLE).
+    Five,
+    All,
+    Info,
+    Load,
+    /// CL.THROTTLE: five integers, redis-cell's (`limited` first; its
+    /// `remaining` can exceed the limit, as redis-cell's does).
+    Cell,
+}
+
+fn is_error(v: &Value) -> bool {
+    matches!(v, Value::Error(e) if e.starts_with("ERR ") || e.starts_with("WRONGTYPE "))
+}
+
+fn five(v: &Value) -> bool {
+    let Value::Array(Some(items)) = v else { return false };
+    let ints: Vec<i64> = items.iter().filter_map(|i| if let Value::Int(n) = i { Some(*n) } else { None }).collect();
+    let [allowed, limit, remaining, retry, reset] = ints[..] else { return false };
+    items.len() == 5
+        && (0..=1).contains(&allowed)
+        && limit >= 1
+        && (0..=limit).contains(&remaining)
+        && retry >= -1
+        && reset >= 0
+}
+
+fn shape_ok(kind: Kind, v: &Value) -> bool {
+    if is_error(v) {
+        return true;
+    }
+    match kind {
+        Kind::Five => five(v),
+        Kind::Cell => matches!(v, Value::Array(Some(items)) if items.len() == 5
+            && items.iter().all(|i| matches!(i, Value::Int(_)))
+            && matches!(items[0], Value::Int(0) | Value::Int(1))),
+        Kind::All => match v {
+            Value::Array(Some(items)) => {
+                items.len() >= 2
+                    && matches!(items[0], Value::Int(0) | Value::Int(1))
+                    && items[1..].iter().all(five)
+                    // Admitted: every limit admitted.
+                    && (items[0] != Value::Int(1) || items[1..].iter().all(|d| matches!(d, Value::Array(Some(x)) if x[0] == Value::Int(1))))
+            }
+            _ => false,
+        },
+        Kind::Info => match v {
+            Value::Bulk(None) => true,
+            Value::Array(Some(items)) => {
+                items.len() % 2 == 0
+                    && items.len() >= 12
+                    && items.chunks(2).all(|pair| {
+                        matches!(&pair[0], Value::Simple(_) | Value::Bulk(Some(_)))
+                            && matches!(&pair[1], Value::Int(n) if *n >= 0)
+                            || matches!((&pair[0], &pair[1]), (Value::Simple(f), Value::Bulk(Some(_))) if f == "algorithm")
+                            || matches!((&pair[0], &pair[1]), (Value::Bulk(Some(f)), Value::Bulk(Some(_))) if f == b"algorithm")
+                    })
+            }
+            _ => false,
+        },
+        Kind::Load => v == &Value::Simple("OK".into()),
+    }
+}
+
+// ---------------------------------------------------------------- setup
+
+const HOUR: &str = "1h";
+
+fn setup(c: &mut Resp, prefix: &str, now: u64) -> Vec<String> {
+    let at = now.to_string();
+    let lines = [
+        format!("THROTTLE.FIXED {prefix}fixed 10 {HOUR} COST 3 AT {at}"),
+        format!("THROTTLE.SLIDING {prefix}sliding 10 {HOUR} COST 3 AT {at}"),
+        format!("THROTTLE.SLIDING {prefix}exact 10 {HOUR} COST 3 AT {at} EXACT"),
+        format!("THROTTLE.TOKEN {prefix}token 10 {HOUR} COST 3 AT {at} BURST 20"),
+        format!("THROTTLE.LEAKY {prefix}leaky 10 {HOUR} COST 3 AT {at} BURST 20"),
+        format!("SET {prefix}string hello EX 3600"),
+        format!("HSET {prefix}hash f v"),
+        format!("RPUSH {prefix}list a b"),
+    ];
+    for line in &lines {
+        let args: Vec<&[u8]> = line.split(' ').map(str::as_bytes).collect();
+        let v = c.call(&args);
+        assert!(!matches!(v, Value::Error(_)), "{line}: {v:?}");
+    }
+    ["fixed", "sliding", "exact", "token", "leaky", "string", "hash", "list"].iter().map(|k| format!("{prefix}{k}")).collect()
+}
+
+/// TYPE, DEBUG DIGEST-VALUE and PEXPIRETIME of each key.
+fn fingerprint(c: &mut Resp, keys: &[String]) -> Vec<(String, Value, Value, Value)> {
+    keys.iter()
+        .map(|k| {
+            let kind = c.call(&[b"TYPE", k.as_bytes()]);
+            let digest = c.call(&[b"DEBUG", b"DIGEST-VALUE", k.as_bytes()]);
+            let expire = c.call(&[b"PEXPIRETIME", k.as_bytes()]);
+            (k.clone(), kind, digest, expire)
+        })
+        .collect()
+}
+
+/// A command naming a sentinel that must fail whatever else it holds (a
+/// `limit` of 0, an unknown type), or a read-only THROTTLE.INFO.
+fn sentinel_command(g: &mut Gen, sentinel: &str) -> (bool, Vec<Vec<u8>>) {
+    let key = sentinel.as_bytes().to_vec();
+    match g.rng.below(5) {
+        0 | 1 => {
+            let mut args = g.algorithm_command();
+            args.truncate(1);
+            args.push(key);
+            args.push(g.rng.pick(&["0", "-1", "", "x", "1000000000000001"]).as_bytes().to_vec());
+            args.push(g.period());
+            g.options(&mut args, 3);
+            (true, args)
+        }
+        2 => {
+            let mut args = g.all_command();
+            args.push(g.rng.pick(ALGORITHMS[..4].as_ref()).as_bytes().to_vec());
+            args.push(key);
+            args.push(b"0".to_vec());
+            args.push(g.period());
+            if g.rng.chance(50) {
+                g.spec(&mut args);
+            }
+            (true, args)
+        }
+        3 => {
+            let mut args = g.load_command();
+            args[1] = key;
+            args[2] = g.rng.pick(&["thr-nope", "", "THR-FIXED ", "string"]).as_bytes().to_vec();
+            (true, args)
+        }
+        _ => {
+            let mut args = g.info_command();
+            args.truncate(1);
+            args.push(key);
+            if g.rng.chance(50) {
+                args.push(b"AT".to_vec());
+                args.push(g.at());
+            }
+            (false, args)
+        }
+    }
+}
+
+#[test]
+fn hostile_commands_never_crash_corrupt_or_break_the_protocol() {
+    let server = Server::start();
+    let mut c = Resp::connect(server.port);
+    let cell = matches!(c.call(&[b"COMMAND", b"INFO", b"CL.THROTTLE"]), Value::Array(Some(ref v)) if v.first() != Some(&Value::Array(None)));
+    let now = now_us();
+    setup(&mut c, "p:", now);
+    let sentinels = setup(&mut c, "sentinel:", now);
+    let before = fingerprint(&mut c, &sentinels);
+
+    let seed = std::env::var("HOSTILE_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0x5eed_1234_u64);
+    let mut g = Gen { rng: Rng(seed), now, huge: vec![b'9'; 100 * 1024], cell };
+    let started = Instant::now();
+    let (mut sent, mut errors, mut sentinel_calls) = (0usize, 0usize, 0usize);
+    let mut kinds_seen = [0usize; 5];
+    while sent < COMMANDS {
+        let mut batch = Vec::with_capacity(BATCH);
+        let mut expect = Vec::with_capacity(BATCH);
+        for _ in 0..BATCH {
+            if g.rng.chance(3) {
+                let sentinel = sentinels[g.rng.below(sentinels.len() as u64) as usize].clone();
+                let (must_fail, args) = sentinel_command(&mut g, &sentinel);
+                expect.push((None, must_fail));
+                batch.push(args);
+                sentinel_calls += 1;
+            } else {
+                let (kind, args) = g.command();
+                expect.push((Some(kind), false));
+                batch.push(args);
+                sent += 1;
+            }
+        }
+        c.send(&batch);
+        for (index, ((kind, must_fail), args)) in expect.into_iter().zip(&batch).enumerate() {
+            let reply = c.read();
+            let show = |args: &Vec<Vec<u8>>| {
+                args.iter().map(|a| String::from_utf8_lossy(&a[..a.len().min(80)]).into_owned()).collect::<Vec<_>>().join(" ")
+            };
+            // The command and the few before it, for a failure message; the
+            // whole batch is saved to replay it.
+            let shown = || {
+                let before: Vec<String> = batch[index.saturating_sub(6)..index].iter().map(show).collect();
+                let saved = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("hostile-failed-batch.resp");
+                let mut resp = Vec::new();
+                for args in &batch {
+                    resp.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+                    for a in args {
+                        resp.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+                        resp.extend_from_slice(a);
+                        resp.extend_from_slice(b"\r\n");
+                    }
+                }
+                let _ = std::fs::write(&saved, resp);
+                format!("{} (command {index} of the batch saved in {})\n  after:\n    {}", show(args), saved.display(), before.join("\n    "))
+            };
+            if let Value::Error(e) = &reply {
+                assert!(is_error(&reply), "error reply without ERR/WRONGTYPE: {e:?} for {}", shown());
+                errors += 1;
+            }
+            match kind {
+                Some(kind) => {
+                    assert!(shape_ok(kind, &reply), "{kind:?} reply {reply:?} for {}", shown());
+                    if !matches!(reply, Value::Error(_)) {
+                        kinds_seen[kind as usize] += 1;
+                    }
+                }
+                None if must_fail => assert!(is_error(&reply), "a sentinel command did not fail: {reply:?} for {}", shown()),
+                None => assert!(shape_ok(Kind::Info, &reply), "INFO on a sentinel: {reply:?} for {}", shown()),
+            }
+        }
+        assert!(started.elapsed() < Duration::from_secs(120), "too slow: {sent} commands in {:?}", started.elapsed());
+    }
+    eprintln!(
+        "{sent} hostile commands + {sentinel_calls} on sentinels in {:?}; {errors} errors; successes by kind (five, all, info, load, cl.throttle): {kinds_seen:?}",
+        started.elapsed()
+    );
+    // Each kind of command succeeded some of the time: the generator is
+    // not just producing errors.
+    assert!(kinds_seen[..4].iter().all(|&n| n > 100), "too few successful commands: {kinds_seen:?}");
+
+    assert_eq!(c.call(&[b"PING"]), Value::Simple("PONG".into()));
+    let after = fingerprint(&mut c, &sentinels);
+    for (b, a) in before.iter().zip(&after) {
+        assert_eq!(b, a, "sentinel {} changed", b.0);
+    }
+    // Whatever state the commands left must save and load again.
+    let reload = c.call(&[b"DEBUG", b"RELOAD"]);
+    assert_eq!(reload, Value::Simple("OK".into()), "DEBUG RELOAD after the hostile run; log:\n{}", tail(&server.log()));
+    assert_eq!(fingerprint(&mut c, &sentinels), before, "sentinels after DEBUG RELOAD");
+    assert_eq!(c.call(&[b"PING"]), Value::Simple("PONG".into()));
+}
+
+fn tail(log: &str) -> String {
+    let lines: Vec<&str> = log.lines().collect();
+    lines[lines.len().saturating_sub(30)..].join("\n")
+}
+
+/// A limited call with `BLOCK` whose wait ends just as its key's timer
+/// serves it must still get exactly one reply, in its place in the
+/// pipeline. Fails on Redis 7.0.15 today: when the module's timer unblocks
+/// the client (RedisModule_UnblockClient with the answer) in the same event
+/// loop iteration in which Redis finds the BLOCK time-out expired, Redis
+/// runs neither the timeout callback nor the reply callback, so the call
+/// gets no reply and every later reply on the connection answers the
+/// command before it (src/module/block.rs `serve` racing Redis's
+/// `handleBlockedClientsTimeout`; Redis 7.2 lets the module's unblock win).
+#[test]
+fn a_blocked_call_always_gets_its_own_reply() {
+    let server = Server::start();
+    let mut c = Resp::connect(server.port);
+    // One token per 2 ms: each call after the first waits about as long as
+    // its BLOCK time-out.
+    let mut batch = Vec::new();
+    for i in 0..2_000 {
+        batch.push(["THROTTLE.TOKEN", "race", "1", "2ms", "BLOCK", "2"].iter().map(|a| a.as_bytes().to_vec()).collect());
+        batch.push(vec![b"ECHO".to_vec(), i.to_string().into_bytes()]);
+    }
+    c.send(&batch);
+    for i in 0..2_000 {
+        let reply = c.read();
+        let echo = c.read();
+        assert!(
+            five(&reply) && echo == Value::Bulk(Some(i.to_string().into_bytes())),
+            "call {i}: reply {reply:?}, then {echo:?} for ECHO {i}: a reply went missing"
+        );
+    }
+}
