@@ -166,27 +166,10 @@ impl Limiter for LeakyBucket {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const S: u64 = 1_000_000;
+    use crate::limiter::table::{run, S};
 
     fn params(limit: u64, period_us: u64, burst: u64) -> Params {
         Params::new(limit, period_us, Some(burst)).unwrap()
-    }
-
-    /// (at µs, cost, allowed, remaining, retry_after, reset_after)
-    type Step = (u64, u64, bool, u64, i64, u64);
-
-    fn run<L: Limiter>(p: Params, steps: &[Step]) -> L {
-        let mut state = L::default();
-        for (i, &(at, cost, allowed, remaining, retry, reset)) in steps.iter().enumerate() {
-            let d = state.acquire(&p, cost, at);
-            assert_eq!(
-                (d.allowed, d.limit, d.remaining, d.retry_after_ms, d.reset_after_ms),
-                (allowed, p.burst(), remaining, retry, reset),
-                "step {i}"
-            );
-        }
-        state
     }
 
     #[test]

@@ -92,27 +92,10 @@ impl Limiter for FixedWindow {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const S: u64 = 1_000_000;
-
-    fn params(limit: u64, period_us: u64) -> Params {
-        Params::new(limit, period_us, None).unwrap()
-    }
-
-    /// (at µs, cost, allowed, remaining, retry_after, reset_after)
-    type Step = (u64, u64, bool, u64, i64, u64);
+    use crate::limiter::table::{quota as params, Step, S};
 
     fn run(limit: u64, period_us: u64, steps: &[Step]) {
-        let p = params(limit, period_us);
-        let mut state = FixedWindow::default();
-        for (i, &(at, cost, allowed, remaining, retry, reset)) in steps.iter().enumerate() {
-            let d = state.acquire(&p, cost, at);
-            assert_eq!(
-                (d.allowed, d.limit, d.remaining, d.retry_after_ms, d.reset_after_ms),
-                (allowed, limit, remaining, retry, reset),
-                "step {i}"
-            );
-        }
+        crate::limiter::table::run::<FixedWindow>(params(limit, period_us), steps);
     }
 
     #[test]

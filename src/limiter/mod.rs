@@ -135,6 +135,37 @@ pub(crate) fn retry_ms(us: u128) -> i64 {
     i64::try_from(ms_ceil(us)).unwrap_or(i64::MAX)
 }
 
+/// What the algorithms' table-driven tests share.
+#[cfg(test)]
+pub(crate) mod table {
+    use super::{Limiter, Params};
+
+    pub(crate) const S: u64 = 1_000_000;
+
+    /// A quota for the windows: `limit` per `period_us`.
+    pub(crate) fn quota(limit: u64, period_us: u64) -> Params {
+        Params::new(limit, period_us, None).unwrap()
+    }
+
+    /// (at µs, cost, allowed, remaining, retry_after, reset_after)
+    pub(crate) type Step = (u64, u64, bool, u64, i64, u64);
+
+    /// Runs the steps on a fresh state, checking every reply (its `limit`
+    /// field is the burst, which is the limit for the windows).
+    pub(crate) fn run<L: Limiter>(p: Params, steps: &[Step]) -> L {
+        let mut state = L::default();
+        for (i, &(at, cost, allowed, remaining, retry, reset)) in steps.iter().enumerate() {
+            let d = state.acquire(&p, cost, at);
+            assert_eq!(
+                (d.allowed, d.limit, d.remaining, d.retry_after_ms, d.reset_after_ms),
+                (allowed, p.burst(), remaining, retry, reset),
+                "step {i}"
+            );
+        }
+        state
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
