@@ -60,7 +60,7 @@ echo "running ${TESTS} under valgrind; logs in $LOGS"
 status=0
 THROTTLE_REDIS_SERVER=$server \
 THROTTLE_SERVER_WRAPPER="valgrind --tool=memcheck --leak-check=full --show-leak-kinds=definite --errors-for-leak-kinds=definite --num-callers=40 --log-file=$LOGS/vg-%p.log" \
-  cargo test --release "${args[@]}" -- --test-threads=2 || status=$?
+  cargo test --no-fail-fast "${args[@]}" -- --test-threads=2 || status=$?
 
 summary=0
 python3 - "$LOGS" <<'EOF' || summary=$?
