@@ -1,7 +1,11 @@
 //! `BLOCK ms`: a limited call waits on the server until it is admitted or
 //! its time is up. No polling: each key with waiters has one timer, set for
-//! the moment the first waiter's call can succeed. Waiters of one key are
-//! served in arrival order.
+//! the moment the first waiter's call can succeed or the earliest time-out,
+//! whichever comes first. Waiters of one key are served in arrival order.
+//!
+//! The module keeps the time-outs itself and is the only one to unblock a
+//! client: on Redis 7.0, a client that the module unblocks in the same event
+//! loop iteration as Redis's own time-out fires gets no reply at all.
 //!
 //! Everything here runs on Redis's main thread. The registry lock is never
 //! held while calling into Redis (a key change can call back into us).
@@ -26,12 +30,16 @@ struct Waiter {
     client: usize,
     algorithm: Algorithm,
     call: Call,
+    /// When `BLOCK` runs out (server clock, µs); `None` for `BLOCK 0`.
+    deadline_us: Option<u64>,
 }
 
 #[derive(Default)]
 struct Queue {
     waiters: VecDeque<Waiter>,
     timer: Option<raw::RedisModuleTimerID>,
+    /// When the timer fires (server clock, µs).
+    timer_due_us: Option<u64>,
 }
 
 #[derive(Default)]
@@ -93,11 +101,11 @@ pub(crate) fn wait(ctx: Ctx, argv: &[RString], algorithm: Algorithm, call: &Call
 }
 
 fn enqueue(ctx: Ctx, qkey: QueueKey, algorithm: Algorithm, call: &Call, retry_after_ms: Option<i64>) -> bool {
-    // SAFETY: blocking the client of the running command with our callbacks.
+    // SAFETY: blocking the client of the running command with our callbacks;
+    // no Redis time-out (see the module comment).
     let client = unsafe {
         let Some(block) = raw::RedisModule_BlockClient else { return false };
-        let timeout = call.block_ms.unwrap_or(0) as i64;
-        block(ctx, Some(reply_callback), Some(timeout_callback), Some(free_answer), timeout)
+        block(ctx, Some(reply_callback), None, Some(free_answer), 0)
     };
     if client.is_null() {
         return false;
@@ -108,16 +116,28 @@ fn enqueue(ctx: Ctx, qkey: QueueKey, algorithm: Algorithm, call: &Call, retry_af
             on_disconnect(client, Some(disconnected));
         }
     }
-    let needs_timer = with_registry(|r| {
+    let now_us = super::clock::now_us();
+    let deadline_us = call.block_ms.filter(|&ms| ms > 0).map(|ms| now_us.saturating_add(ms.saturating_mul(1000)));
+    let (has_timer, earlier_deadline) = with_registry(|r| {
         r.queue_of.insert(client as usize, qkey.clone());
         let queue = r.queues.entry(qkey.clone()).or_default();
-        queue.waiters.push_back(Waiter { client: client as usize, algorithm, call: *call });
-        queue.timer.is_none()
+        queue.waiters.push_back(Waiter { client: client as usize, algorithm, call: *call, deadline_us });
+        let earlier = deadline_us.is_some_and(|d| queue.timer_due_us.is_none_or(|due| d < due));
+        (queue.timer.is_some(), earlier)
     });
-    if needs_timer {
-        schedule(ctx, qkey, retry_after_ms.unwrap_or(0));
+    if !has_timer {
+        let wait_ms = retry_after_ms.unwrap_or(0);
+        let until_deadline_ms = deadline_us.map_or(i64::MAX, |d| ms_until(d, now_us));
+        schedule(ctx, qkey, wait_ms.min(until_deadline_ms));
+    } else if earlier_deadline {
+        serve_soon_in(ctx, qkey, deadline_us.map_or(0, |d| ms_until(d, now_us)));
     }
     true
+}
+
+/// Whole milliseconds from `now_us` to `at_us`, rounded up.
+fn ms_until(at_us: u64, now_us: u64) -> i64 {
+    i64::try_from(at_us.saturating_sub(now_us).div_ceil(1000)).unwrap_or(i64::MAX)
 }
 
 fn schedule(ctx: Ctx, qkey: QueueKey, delay_ms: i64) {
@@ -132,19 +152,21 @@ fn schedule(ctx: Ctx, qkey: QueueKey, delay_ms: i64) {
             }
         }
     };
+    let due = super::clock::now_us().saturating_add(delay_ms.max(0) as u64 * 1000);
     with_registry(|r| {
         if let Some(queue) = r.queues.get_mut(&qkey) {
             queue.timer = Some(id);
+            queue.timer_due_us = Some(due);
         }
     });
 }
 
-/// The first waiter of the queue, if any, as (client, algorithm, call).
-fn head(qkey: &QueueKey) -> Option<(usize, Algorithm, Call)> {
+/// The first waiter of the queue, if any.
+fn head(qkey: &QueueKey) -> Option<(usize, Algorithm, Call, Option<u64>)> {
     with_registry(|r| {
         let queue = r.queues.get(qkey)?;
         let w = queue.waiters.front()?;
-        Some((w.client, w.algorithm, w.call))
+        Some((w.client, w.algorithm, w.call, w.deadline_us))
     })
 }
 
@@ -166,11 +188,17 @@ fn remove(client: usize) -> Option<(QueueKey, Waiter, bool)> {
 /// Serves the queue now instead of at its timer: its first waiter left,
 /// or units came back.
 fn serve_soon(ctx: Ctx, qkey: QueueKey) {
+    serve_soon_in(ctx, qkey, 0);
+}
+
+/// Moves the queue's timer to `delay_ms` from now.
+fn serve_soon_in(ctx: Ctx, qkey: QueueKey, delay_ms: i64) {
     let timer = with_registry(|r| {
         let queue = r.queues.get_mut(&qkey)?;
         if queue.waiters.is_empty() {
             return None;
         }
+        queue.timer_due_us = None;
         queue.timer.take()
     });
     let Some(id) = timer else { return };
@@ -183,7 +211,7 @@ fn serve_soon(ctx: Ctx, qkey: QueueKey) {
             drop(Box::from_raw(data.cast::<QueueKey>()));
         }
     }
-    schedule(ctx, qkey, 0);
+    schedule(ctx, qkey, delay_ms);
 }
 
 /// Units came back to a key (a refund): its waiters may fit now.
@@ -216,6 +244,7 @@ fn serve(ctx: Ctx, qkey: QueueKey) {
     with_registry(|r| {
         if let Some(queue) = r.queues.get_mut(&qkey) {
             queue.timer = None;
+            queue.timer_due_us = None;
         }
     });
     // SAFETY: the timer's context; the key names a key of that database.
@@ -228,29 +257,43 @@ fn serve(ctx: Ctx, qkey: QueueKey) {
             None => return,
         }
     };
-    while let Some((client, algorithm, call)) = head(&qkey) {
-        let answer = match execute(ctx, key, algorithm, &call, super::clock::now_us()) {
-            Ok(outcome) if !outcome.decision.allowed && outcome.decision.retry_after_ms != NEVER => {
-                schedule(ctx, qkey.clone(), outcome.decision.retry_after_ms);
+    // The first waiters, in order, while they can be answered.
+    let mut wait_ms = None;
+    while let Some((client, algorithm, call, deadline_us)) = head(&qkey) {
+        let now_us = super::clock::now_us();
+        let answer = match execute(ctx, key, algorithm, &call, now_us) {
+            Ok(outcome)
+                if !outcome.decision.allowed
+                    && outcome.decision.retry_after_ms != NEVER
+                    && deadline_us.is_none_or(|d| now_us < d) =>
+            {
+                wait_ms = Some(outcome.decision.retry_after_ms);
                 break;
             }
-            Ok(outcome) => {
-                let counter = if outcome.decision.allowed { Counter::Admitted } else { Counter::Limited };
-                stats::for_command(algorithm).add(counter);
-                Answer::Decision(outcome.decision)
-            }
+            Ok(outcome) => Answer::Decision(outcome.decision),
             Err(e) => Answer::Error(e),
         };
-        remove(client);
-        let answer = Box::into_raw(Box::new(answer)).cast::<c_void>();
-        // SAFETY: the client is still blocked (it leaves the registry when
-        // it disconnects or times out); Redis hands `answer` to
-        // reply_callback, then to free_answer.
-        unsafe {
-            if let Some(unblock) = raw::RedisModule_UnblockClient {
-                unblock(client as Client, answer);
-            }
-        }
+        answer_waiter(client, algorithm, answer);
+    }
+    // Waiters further back whose time is up get the normal reply now.
+    let now_us = super::clock::now_us();
+    for (client, algorithm, call) in expired_behind_head(&qkey, now_us) {
+        let answer = match execute(ctx, key, algorithm, &call, now_us) {
+            Ok(outcome) => Answer::Decision(outcome.decision),
+            Err(e) => Answer::Error(e),
+        };
+        answer_waiter(client, algorithm, answer);
+    }
+    let next_deadline = with_registry(|r| {
+        let queue = r.queues.get(&qkey)?;
+        queue.waiters.iter().filter_map(|w| w.deadline_us).min()
+    });
+    let until_deadline_ms = next_deadline.map(|d| ms_until(d, super::clock::now_us()));
+    match (wait_ms, until_deadline_ms) {
+        (Some(w), Some(d)) => schedule(ctx, qkey.clone(), w.min(d)),
+        (Some(w), None) => schedule(ctx, qkey.clone(), w),
+        (None, Some(d)) => schedule(ctx, qkey.clone(), d),
+        (None, None) => {}
     }
     with_registry(|r| {
         if r.queues.get(&qkey).is_some_and(|q| q.waiters.is_empty() && q.timer.is_none()) {
@@ -265,6 +308,42 @@ fn serve(ctx: Ctx, qkey: QueueKey) {
     }
 }
 
+/// Takes the waiter out and unblocks it with its answer; Redis hands the
+/// answer to reply_callback, then to free_answer.
+fn answer_waiter(client: usize, algorithm: Algorithm, answer: Answer) {
+    let counter = match &answer {
+        Answer::Decision(d) if d.allowed => Some(Counter::Admitted),
+        Answer::Decision(_) => Some(Counter::TimedOut),
+        Answer::Error(_) => None,
+    };
+    if let Some(counter) = counter {
+        stats::for_command(algorithm).add(counter);
+    }
+    remove(client);
+    let answer = Box::into_raw(Box::new(answer)).cast::<c_void>();
+    // SAFETY: the client is still blocked: it leaves the registry only here
+    // or when it disconnects.
+    unsafe {
+        if let Some(unblock) = raw::RedisModule_UnblockClient {
+            unblock(client as Client, answer);
+        }
+    }
+}
+
+/// The waiters after the first whose `BLOCK` time is up.
+fn expired_behind_head(qkey: &QueueKey, now_us: u64) -> Vec<(usize, Algorithm, Call)> {
+    with_registry(|r| {
+        let Some(queue) = r.queues.get(qkey) else { return Vec::new() };
+        queue
+            .waiters
+            .iter()
+            .skip(1)
+            .filter(|w| w.deadline_us.is_some_and(|d| d <= now_us))
+            .map(|w| (w.client, w.algorithm, w.call))
+            .collect()
+    })
+}
+
 unsafe extern "C" fn reply_callback(ctx: Ctx, _argv: *mut RString, _argc: c_int) -> c_int {
     let _ = std::panic::catch_unwind(|| {
         let answer = raw::RedisModule_GetBlockedClientPrivateData.map_or(std::ptr::null_mut(), |f| f(ctx));
@@ -274,33 +353,6 @@ unsafe extern "C" fn reply_callback(ctx: Ctx, _argv: *mut RString, _argc: c_int)
             None => ffi::reply_null(ctx),
         }
     });
-    raw::REDISMODULE_OK as c_int
-}
-
-/// Time is up: the call is tried once more and answered as it stands.
-unsafe extern "C" fn timeout_callback(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let client = raw::RedisModule_GetBlockedClientHandle.map_or(std::ptr::null_mut(), |f| f(ctx));
-        let Some((qkey, waiter, was_first)) = remove(client as usize) else {
-            return ffi::reply_null(ctx);
-        };
-        release(client);
-        if was_first {
-            serve_soon(ctx, qkey);
-        }
-        let counters = stats::for_command(waiter.algorithm);
-        let key = match usize::try_from(argc) {
-            Ok(n) if n >= 2 && !argv.is_null() => *argv.add(1),
-            _ => return ffi::reply_null(ctx),
-        };
-        match execute(ctx, key, waiter.algorithm, &waiter.call, super::clock::now_us()) {
-            Ok(outcome) => {
-                counters.add(if outcome.decision.allowed { Counter::Admitted } else { Counter::TimedOut });
-                super::reply::decision(ctx, &outcome.decision);
-            }
-            Err(e) => e.reply(ctx),
-        }
-    }));
     raw::REDISMODULE_OK as c_int
 }
 
