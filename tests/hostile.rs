@@ -694,13 +694,9 @@ fn tail(log: &str) -> String {
 
 /// A limited call with `BLOCK` whose wait ends just as its key's timer
 /// serves it must still get exactly one reply, in its place in the
-/// pipeline. Fails on Redis 7.0.15 today: when the module's timer unblocks
-/// the client (RedisModule_UnblockClient with the answer) in the same event
-/// loop iteration in which Redis finds the BLOCK time-out expired, Redis
-/// runs neither the timeout callback nor the reply callback, so the call
-/// gets no reply and every later reply on the connection answers the
-/// command before it (src/module/block.rs `serve` racing Redis's
-/// `handleBlockedClientsTimeout`; Redis 7.2 lets the module's unblock win).
+/// pipeline. On Redis 7.0.15, a client the module unblocks in the same
+/// event loop iteration in which Redis finds its BLOCK time-out expired
+/// gets no reply at all, so the module keeps the time-outs itself.
 #[test]
 fn a_blocked_call_always_gets_its_own_reply() {
     let server = Server::start();
