@@ -58,6 +58,7 @@ args=()
 for t in $TESTS; do args+=(--test "$t"); done
 echo "running ${TESTS} under valgrind; logs in $LOGS"
 status=0
+HOSTILE_COMMANDS=${HOSTILE_COMMANDS:-20000} \
 THROTTLE_REDIS_SERVER=$server \
 THROTTLE_SERVER_WRAPPER="valgrind --tool=memcheck --leak-check=full --show-leak-kinds=definite --errors-for-leak-kinds=definite --num-callers=40 --log-file=$LOGS/vg-%p.log" \
   cargo test --no-fail-fast "${args[@]}" -- --test-threads=2 || status=$?
