@@ -675,7 +675,7 @@ fn hostile_commands_never_crash_corrupt_or_break_the_protocol() {
     );
     // Each kind of command succeeded some of the time: the generator is
     // not just producing errors.
-    assert!(kinds_seen[..4].iter().all(|&n| n > 100), "too few successful commands: {kinds_seen:?}");
+    assert!(kinds_seen[..4].iter().all(|&n| n > commands / 2_000), "too few successful commands: {kinds_seen:?}");
 
     assert_eq!(c.call(&[b"PING"]), Value::Simple("PONG".into()));
     let after = fingerprint(&mut c, &sentinels);
