@@ -249,12 +249,11 @@ impl Gen {
                 }
                 7 => out.push(b"EXACT".to_vec()),
                 8 => {
-                    // Malformed BLOCK values only: a call that really
-                    // blocks can lose its reply on Redis 7.0 (see
-                    // `a_blocked_call_always_gets_its_own_reply`), which
-                    // would shift every later reply here.
+                    // BLOCK waits at most 2 ms here (never 0: no time-out),
+                    // or is malformed. A lost reply would shift every later
+                    // one and fail the shape checks.
                     out.push(b"BLOCK".to_vec());
-                    let v = self.rng.pick(&["-1", "315360000001", "x", "", "18446744073709551616", "1.5", "-0"]);
+                    let v = self.rng.pick(&["1", "2", "-1", "315360000001", "x", "", "18446744073709551616", "1.5", "-0"]);
                     out.push(v.as_bytes().to_vec());
                 }
                 _ => out.push(self.token()),
