@@ -54,7 +54,10 @@ pub(crate) fn throttle(ctx: Ctx, argv: &[RString], algorithm: Algorithm) {
         };
         let call = parse_call(algorithm, rest.iter().map(|s| ffi::bytes(*s)))?;
         refuse_internal_options(ctx, &call)?;
-        if call.block_ms.is_some() && block::must_queue(ctx, *key_name, algorithm, &call) {
+        // A call at a fixed time (AT) cannot wait for the clock: BLOCK then
+        // answers at once.
+        let blocking = call.block_ms.is_some() && call.at_us.is_none();
+        if blocking && block::must_queue(ctx, *key_name, algorithm, &call) {
             return Ok(None);
         }
         let now_us = call.at_us.unwrap_or_else(super::clock::now_us);
@@ -62,7 +65,7 @@ pub(crate) fn throttle(ctx: Ctx, argv: &[RString], algorithm: Algorithm) {
         if call.cost < 0 && outcome.changed {
             block::units_returned(ctx, *key_name);
         }
-        let may_wait = !outcome.decision.allowed && call.block_ms.is_some() && outcome.decision.retry_after_ms != NEVER;
+        let may_wait = blocking && !outcome.decision.allowed && outcome.decision.retry_after_ms != NEVER;
         if may_wait && block::wait(ctx, argv, algorithm, &call, &outcome.decision) {
             return Ok(None);
         }
