@@ -197,15 +197,17 @@ def svg_chart(a, path, meta, date):
     top = 70
     height = top + row_h * len(names) + 60
     width = label_w + 2 * panel_w + 3 * pad + 70
-    colors = {"P1": "#8fb8de", "P16": "#1f5f99"}
-    lua_colors = {"P1": "#f2b38a", "P16": "#c0561b"}
+    palette = {"THROTTLE": {"P1": "#8fb8de", "P16": "#1f5f99"},
+               "Lua": {"P1": "#f2b38a", "P16": "#c0561b"},
+               "reference": {"P1": "#c8c8c8", "P16": "#7a7a7a"}}
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
            f'font-family="Helvetica, Arial, sans-serif" font-size="11">',
            f'<rect width="{width}" height="{height}" fill="white"/>',
            f'<text x="{pad}" y="20" font-size="14" font-weight="bold">THROTTLE commands vs INCR and the Lua '
            f'scripts they replace (redis-benchmark -c 50 -r 100000)</text>',
            f'<text x="{pad}" y="36" fill="#555">{esc(date)} · {esc(meta["nproc"])} CPU {esc(meta["cpu"])} · '
-           f'{esc(meta["redis"].split(" sha=")[0])} · light bar -P 1, dark bar -P 16</text>']
+           f'{esc(meta["redis"].split(" sha=")[0])} · light bar -P 1, dark bar -P 16 · '
+           f'1.0 = INCR in the same run</text>']
 
     def panel(x0, title, key, scale_max, log, target, better):
         out.append(f'<text x="{x0}" y="{top - 14}" font-weight="bold">{esc(title)}</text>')
@@ -235,7 +237,7 @@ def svg_chart(a, path, meta, date):
                 v = a[n][p][key]
                 if v is None:
                     continue
-                c = (lua_colors if a[n]["family"] == "Lua" else colors)[p]
+                c = palette.get(a[n]["family"], palette["reference"])[p]
                 x_start = pos(0.5) if log else x0
                 w = max(pos(v) - x_start, 1)
                 yy = y + j * bar_h
@@ -288,7 +290,7 @@ def main():
     for n, r in a.items():
         p1, p16 = r["P1"], r["P16"]
         side_by_side.append([
-            f"**{n}**" if r["family"] == "THROTTLE" else n,
+            f"**{n}**" if r["family"] == "THROTTLE" else f"*{n}* (reference)" if r["family"] == "reference" else n,
             f"{f(p1['usec'])} ({f(p1['usec_ratio'])}×)", f"{f(p16['usec'])} ({f(p16['usec_ratio'])}×)",
             f"{f(p1['rps'])} ({f(p1['rps_ratio'])}×)", f"{f(p16['rps'])} ({f(p16['rps_ratio'])}×)",
             f"{f(p1['p50'], 3)} / {f(p1['p99'], 3)}", f"{f(p16['p50'], 3)} / {f(p16['p99'], 3)}",
@@ -375,6 +377,9 @@ Quota for all, scripts included: 1000 per hour (EXACT: 100 per hour). The
 scripts are in bench/lua/: Laravel's DurationLimiter (seed 000), the
 sorted-set sliding window, leaky and token hashes (seed 002), the token
 bucket of seed 003; `now` is passed as an argument, as their callers do.
+*SET key 1 PX 3600000* is a reference, not a target: the cheapest write
+that also gives its key a TTL, as every limiter key has one (INCR's keys
+have none).
 
 {side_table}
 
