@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{call, error, throttle, Server};
+use common::{call, error, throttle, Rng, Server};
 
 /// Redis's CRC-64 (Jones polynomial, reflected, init 0, no final xor), as
 /// `crc64.c` computes it over a DUMP payload.
@@ -226,19 +226,6 @@ fn interesting(original: u64) -> Vec<u64> {
     ];
     v.retain(|&x| x != original);
     v
-}
-
-/// splitmix64, for the random multi-bit flips.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
 }
 
 #[test]

@@ -20,7 +20,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::{now_us, Server};
+use common::{now_us, Rng, Server};
 
 /// Commands generated, not counting the sentinel checks
 /// (`HOSTILE_COMMANDS` overrides: `make valgrind` sends fewer).
@@ -107,22 +107,8 @@ impl Resp {
 
 // ---------------------------------------------------------------- generation
 
-/// SplitMix64: small, seeded, good enough to pick tokens.
-struct Rng(u64);
-
+/// Token picking on the shared seeded generator.
 impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-
     fn chance(&mut self, percent: u64) -> bool {
         self.below(100) < percent
     }
