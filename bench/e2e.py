@@ -490,7 +490,14 @@ def main():
     module, out_path = os.path.abspath(sys.argv[1]), sys.argv[2]
     if not os.path.exists(module):
         sys.exit(f"no module at {module}: build it first (make build)")
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    def terminate(*_):
+        # once: the cleanup below must not be cut short by a second signal
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        sys.exit(143)
+
+    signal.signal(signal.SIGTERM, terminate)
+    signal.signal(signal.SIGINT, terminate)
     workdir = tempfile.mkdtemp(prefix="throttle-bench-")
     results = {"settings": CFG, "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
                "load_start": os.getloadavg(), "main": {}, "memory": {}, "scaling": {}, "loglen": {},
