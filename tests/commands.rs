@@ -473,6 +473,7 @@ fn cost_above_limit_or_burst_never_fits() {
 /// - admitted: exactly `remaining` COST 1 calls at the same instant follow;
 /// - LEAKY admitted with a queue delay d: after d ms the work ahead has
 ///   drained (room for this call's COST again), d - 1 ms after it has not.
+///
 /// The checks run on copies of the key so the workload goes on undisturbed.
 fn check_properties(c: &mut redis::Connection, head: &str, tail: &str, period_us: u64, seed: u64) {
     let key = head.split(' ').nth(1).unwrap();
@@ -671,7 +672,7 @@ fn a_call_earlier_than_the_last_change_counts_at_that_change() {
     // FIXED: the window of the call at +5 s, reckoned from +5 s.
     assert_eq!(throttle(&mut c, &format!("THROTTLE.FIXED f 2 10s AT {}", T0 + 5 * S)), (1, 2, 1, 0, 10_000));
     assert_eq!(throttle(&mut c, &format!("THROTTLE.FIXED f 2 10s AT {T0}")), (1, 2, 0, 0, 10_000));
-    assert_eq!(throttle(&mut c, &format!("THROTTLE.FIXED f 2 10s AT 0")), (0, 2, 0, 10_000, 10_000));
+    assert_eq!(throttle(&mut c, "THROTTLE.FIXED f 2 10s AT 0"), (0, 2, 0, 10_000, 10_000));
     // TOKEN: no negative refill from an earlier call.
     assert_eq!(throttle(&mut c, &format!("THROTTLE.TOKEN t 1 10s AT {}", T0 + 10 * S)), (1, 1, 0, 0, 10_000));
     assert_eq!(throttle(&mut c, &format!("THROTTLE.TOKEN t 1 10s AT {}", T0 + 4 * S)), (0, 1, 0, 10_000, 10_000));

@@ -151,7 +151,7 @@ fn check_specs(all: &[&[u8]], specs: &[Spec]) {
         assert!(spec.key_index > previous_key && spec.key_index < all.len(), "{all:?}: {specs:?}");
         previous_key = spec.key_index;
         let name = all[spec.key_index - 1];
-        assert!(name.eq_ignore_ascii_case(spec.algorithm.command_name()["THROTTLE.".len()..].as_bytes()));
+        assert!(name.eq_ignore_ascii_case(&spec.algorithm.command_name().as_bytes()["THROTTLE.".len()..]));
         assert_eq!(
             (spec.call.cost, spec.call.at_us, spec.call.block_ms, spec.call.ttl_from_ms),
             (first.call.cost, first.call.at_us, None, first.call.ttl_from_ms)

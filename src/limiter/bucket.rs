@@ -258,7 +258,9 @@ mod tests {
         let d = token.acquire(&p, MAX_LIMIT, MAX_TIME_US);
         assert_eq!((d.allowed, d.remaining, d.reset_after_ms), (true, 0, MAX_PERIOD_US / 1000));
         let d = token.acquire(&p, 1, MAX_TIME_US);
-        assert_eq!(d.retry_after_ms, ((MAX_PERIOD_US / MAX_LIMIT).max(1) / 1000).max(1) as i64);
+        // One token takes MAX_PERIOD_US / MAX_LIMIT < 1 µs: the wait rounds up to 1 ms.
+        const { assert!(MAX_PERIOD_US < MAX_LIMIT) };
+        assert_eq!(d.retry_after_ms, 1);
         let slow = params(1, 1_000, 3650 * 86_400 * 1000);
         let mut leaky = LeakyBucket::default();
         let d = leaky.acquire(&slow, 3650 * 86_400 * 1000, 0);

@@ -22,6 +22,10 @@ impl FixedWindow {
 }
 
 impl Limiter for FixedWindow {
+    fn idle_at_us(&self) -> Option<u64> {
+        (self.count > 0).then(|| self.window_start_us.saturating_add(self.period_us))
+    }
+
     fn acquire(&mut self, params: &Params, cost: u64, now_us: u64) -> Decision {
         let now = now_us.max(self.updated_at_us);
         let limit = params.limit();

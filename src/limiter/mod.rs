@@ -119,6 +119,14 @@ pub trait Limiter: Default {
 
     /// The parameters of the last change, for introspection.
     fn last_params(&self) -> Option<Params>;
+
+    /// The instant the state goes idle by itself, for the algorithms where
+    /// it stays put while calls are admitted (the windows: their end).
+    /// After an admission `reset_after` is the time from the call to it, so
+    /// while it is unchanged the key's expiry need not be set again.
+    fn idle_at_us(&self) -> Option<u64> {
+        None
+    }
 }
 
 pub(crate) fn ceil_div(numerator: u128, denominator: u128) -> u128 {
@@ -172,7 +180,8 @@ mod tests {
 
     #[test]
     fn params_bounds() {
-        let cases: &[(u64, u64, Option<u64>, Result<(), ParamError>)] = &[
+        type Case = (u64, u64, Option<u64>, Result<(), ParamError>);
+        let cases: &[Case] = &[
             (1, MIN_PERIOD_US, None, Ok(())),
             (MAX_LIMIT, MAX_PERIOD_US, None, Ok(())),
             (0, 1_000_000, None, Err(ParamError::Limit)),

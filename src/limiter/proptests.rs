@@ -230,6 +230,16 @@ fn check_call<A: Algo>(
             "last_params after a change: {}",
             ctx
         );
+        // The key's expiry is left alone while `idle_at_us` is unchanged.
+        if let Some(idle_at) = state.idle_at_us() {
+            prop_assert!(idle_at > now, "idle_at_us not ahead: {}", ctx);
+            prop_assert_eq!(
+                d.reset_after_ms,
+                ceil_ms(u128::from(idle_at - now)),
+                "reset_after is not the time to idle_at_us: {}",
+                ctx
+            );
+        }
     }
     // Zero units always fit (README, "Peek").
     if cost == 0 {

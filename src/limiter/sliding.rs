@@ -99,6 +99,11 @@ impl View {
 }
 
 impl Limiter for SlidingWindow {
+    /// The current window's units weigh until the end of the next window.
+    fn idle_at_us(&self) -> Option<u64> {
+        (self.current > 0).then(|| self.window_start_us.saturating_add(self.period_us.saturating_mul(2)))
+    }
+
     fn acquire(&mut self, params: &Params, cost: u64, now_us: u64) -> Decision {
         let now = now_us.max(self.updated_at_us);
         let limit = params.limit();

@@ -7,6 +7,7 @@ use redis_module::raw;
 
 use super::commands::{refuse_internal_options, run_on_key, settle, CommandError, Mode, Outcome};
 use super::ffi::{self, cstr, Ctx, Key, RString};
+use super::propagation;
 use super::stats::{self, Counter};
 use crate::args::{parse_all, Spec};
 
@@ -16,17 +17,18 @@ pub(crate) fn throttle_all(ctx: Ctx, argv: &[RString]) {
         return report_keys(ctx, argv);
     }
     stats::ALL.add(Counter::Calls);
-    match run(ctx, argv) {
+    let flags = ffi::context_flags(ctx);
+    match run(ctx, flags, argv) {
         Ok((allowed, outcomes)) => {
             stats::ALL.add(if allowed { Counter::Admitted } else { Counter::Limited });
             ffi::reply_array(ctx, outcomes.len() + 1);
-            if super::reply::resp3(ctx) {
+            if super::reply::resp3(flags) {
                 ffi::reply_bool(ctx, allowed);
             } else {
                 ffi::reply_integer(ctx, i64::from(allowed));
             }
             for outcome in &outcomes {
-                super::reply::decision(ctx, &outcome.decision);
+                super::reply::decision(ctx, flags, &outcome.decision);
             }
         }
         Err(e) => e.reply(ctx),
@@ -41,10 +43,10 @@ fn parse(argv: &[RString]) -> Result<Vec<Spec>, CommandError> {
 /// Checks every limit without changing anything; only if all admit, runs
 /// them for real. Propagates one `THROTTLE.ALL COST n AT t TTLFROM ms
 /// spec...`.
-fn run(ctx: Ctx, argv: &[RString]) -> Result<(bool, Vec<Outcome>), CommandError> {
+fn run(ctx: Ctx, context_flags: u32, argv: &[RString]) -> Result<(bool, Vec<Outcome>), CommandError> {
     let specs = parse(argv)?;
     let Some(first) = specs.first() else { return Ok((true, Vec::new())) };
-    refuse_internal_options(ctx, &first.call)?;
+    refuse_internal_options(context_flags, &first.call)?;
     let (cost, now_us) = (first.call.cost, first.call.at_us.unwrap_or_else(super::clock::now_us));
     let now_ms = super::clock::now_us() / 1000;
     let mut keys = Vec::with_capacity(specs.len());
@@ -80,7 +82,8 @@ fn run(ctx: Ctx, argv: &[RString]) -> Result<(bool, Vec<Outcome>), CommandError>
     }
     drop(keys);
     if outcomes.iter().any(|o| o.changed) {
-        propagate(ctx, argv, &specs, cost, now_us, first.call.ttl_from_ms.unwrap_or(now_ms));
+        let ttl_from_ms = first.call.ttl_from_ms.unwrap_or(now_ms);
+        propagation::send(ctx, context_flags, || propagate(ctx, argv, &specs, cost, now_us, ttl_from_ms));
     }
     Ok((true, outcomes))
 }

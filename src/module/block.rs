@@ -16,7 +16,7 @@ use std::sync::Mutex;
 
 use redis_module::raw;
 
-use super::commands::{execute, CommandError};
+use super::commands::{execute, CommandError, Origin};
 use super::ffi::{self, Ctx, RString};
 use super::stats::{self, Counter};
 use crate::args::{Algorithm, Call};
@@ -62,8 +62,7 @@ enum Answer {
 }
 
 fn can_block(ctx: Ctx) -> bool {
-    // SAFETY: plain call on a live context.
-    let flags = unsafe { raw::RedisModule_GetContextFlags.map_or(0, |f| f(ctx)) } as u32;
+    let flags = ffi::context_flags(ctx);
     let refuse = raw::REDISMODULE_CTX_FLAGS_MULTI
         | raw::REDISMODULE_CTX_FLAGS_LUA
         | raw::REDISMODULE_CTX_FLAGS_DENY_BLOCKING
@@ -261,7 +260,7 @@ fn serve(ctx: Ctx, qkey: QueueKey) {
     let mut wait_ms = None;
     while let Some((client, algorithm, call, deadline_us)) = head(&qkey) {
         let now_us = super::clock::now_us();
-        let answer = match execute(ctx, key, algorithm, &call, now_us) {
+        let answer = match execute(ctx, key, algorithm, &call, now_us, Origin::Timer) {
             Ok(outcome)
                 if !outcome.decision.allowed
                     && outcome.decision.retry_after_ms != NEVER
@@ -278,7 +277,7 @@ fn serve(ctx: Ctx, qkey: QueueKey) {
     // Waiters further back whose time is up get the normal reply now.
     let now_us = super::clock::now_us();
     for (client, algorithm, call) in expired_behind_head(&qkey, now_us) {
-        let answer = match execute(ctx, key, algorithm, &call, now_us) {
+        let answer = match execute(ctx, key, algorithm, &call, now_us, Origin::Timer) {
             Ok(outcome) => Answer::Decision(outcome.decision),
             Err(e) => Answer::Error(e),
         };
@@ -348,7 +347,7 @@ unsafe extern "C" fn reply_callback(ctx: Ctx, _argv: *mut RString, _argc: c_int)
     let _ = std::panic::catch_unwind(|| {
         let answer = raw::RedisModule_GetBlockedClientPrivateData.map_or(std::ptr::null_mut(), |f| f(ctx));
         match answer.cast::<Answer>().as_ref() {
-            Some(Answer::Decision(d)) => super::reply::decision(ctx, d),
+            Some(Answer::Decision(d)) => super::reply::decision(ctx, ffi::context_flags(ctx), d),
             Some(Answer::Error(e)) => e.reply(ctx),
             None => ffi::reply_null(ctx),
         }

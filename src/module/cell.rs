@@ -127,7 +127,8 @@ fn run(ctx: Ctx, argv: &[RString]) -> Result<CellReply, Failure> {
     };
     drop(key);
     if settled {
-        propagate(ctx, key_name, &quota, &outcome, &words);
+        let flags = super::ffi::context_flags(ctx);
+        super::propagation::send(ctx, flags, || propagate(ctx, key_name, &quota, &outcome, &words));
     }
     outcome.reply.map_err(Failure::Cell)
 }

@@ -8,6 +8,7 @@ use redis_module::raw;
 use super::ffi::{self, cstr, Ctx, Key, RString, Slot};
 use super::stats::{self, Counter};
 use super::types::Stored;
+use super::propagation::{self, decimal};
 use super::{block, reply};
 use crate::args::{parse_call, Algorithm, ArgError, Call};
 use crate::limiter::{Decision, FixedWindow, LeakyBucket, SlidingLog, SlidingWindow, TokenBucket, NEVER};
@@ -35,6 +36,14 @@ impl CommandError {
     }
 }
 
+/// Where a call runs: a command handler has the client's own command at
+/// hand (and its context's flags), a timer serving a blocked call does not.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Origin {
+    Handler { context_flags: u32 },
+    Timer,
+}
+
 /// What one call did to its key.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Outcome {
@@ -42,18 +51,24 @@ pub(crate) struct Outcome {
     /// The key's state changed: set its TTL (or delete it when idle) and
     /// propagate.
     pub changed: bool,
+    /// The call, on the server's clock, left the instant the key goes idle
+    /// where it was ([`crate::limiter::Limiter::idle_at_us`]): the expiry set when that
+    /// instant last moved still holds, and setting it again (a lookup in
+    /// the expires table) is skipped.
+    pub expiry_holds: bool,
 }
 
 /// `THROTTLE.<ALGORITHM> key limit period [options]`.
 pub(crate) fn throttle(ctx: Ctx, argv: &[RString], algorithm: Algorithm) {
     let counters = stats::for_command(algorithm);
     counters.add(Counter::Calls);
+    let context_flags = ffi::context_flags(ctx);
     let result = (|| {
         let [_, key_name, rest @ ..] = argv else {
             return Err(CommandError::from(ArgError::WrongArity));
         };
         let call = parse_call(algorithm, rest.iter().map(|s| ffi::bytes(*s)))?;
-        refuse_internal_options(ctx, &call)?;
+        refuse_internal_options(context_flags, &call)?;
         // A call at a fixed time (AT) cannot wait for the clock: BLOCK then
         // answers at once.
         let blocking = call.block_ms.is_some() && call.at_us.is_none();
@@ -61,7 +76,7 @@ pub(crate) fn throttle(ctx: Ctx, argv: &[RString], algorithm: Algorithm) {
             return Ok(None);
         }
         let now_us = call.at_us.unwrap_or_else(super::clock::now_us);
-        let outcome = execute(ctx, *key_name, algorithm, &call, now_us)?;
+        let outcome = execute(ctx, *key_name, algorithm, &call, now_us, Origin::Handler { context_flags })?;
         if call.cost < 0 && outcome.changed {
             block::units_returned(ctx, *key_name);
         }
@@ -74,7 +89,7 @@ pub(crate) fn throttle(ctx: Ctx, argv: &[RString], algorithm: Algorithm) {
     match result {
         Ok(Some(decision)) => {
             counters.add(if decision.allowed { Counter::Admitted } else { Counter::Limited });
-            reply::decision(ctx, &decision);
+            reply::decision(ctx, context_flags, &decision);
         }
         Ok(None) => counters.add(Counter::Blocked),
         Err(e) => e.reply(ctx),
@@ -89,27 +104,33 @@ pub(crate) fn execute(
     algorithm: Algorithm,
     call: &Call,
     now_us: u64,
+    origin: Origin,
 ) -> Result<Outcome, CommandError> {
     let key = Key::open(ctx, key_name);
     let outcome = run_on_key(&key, algorithm, call, now_us, Mode::Apply)?;
     if outcome.changed {
-        let now_ms = super::clock::now_us() / 1000;
+        let now_ms = match call.at_us {
+            None => now_us / 1000,
+            Some(_) => super::clock::now_us() / 1000,
+        };
         settle(&key, &outcome, call, now_ms);
         drop(key);
-        propagate(ctx, key_name, algorithm, call, now_us, now_ms);
+        let full = || propagate(ctx, key_name, algorithm, call, now_us, now_ms);
+        match origin {
+            Origin::Handler { context_flags } => propagation::send(ctx, context_flags, full),
+            Origin::Timer => full(),
+        }
     }
     Ok(outcome)
 }
 
 /// `TTLFROM` comes only with the propagated form: from the master's
 /// replication stream or an AOF being loaded.
-pub(crate) fn refuse_internal_options(ctx: Ctx, call: &Call) -> Result<(), CommandError> {
+pub(crate) fn refuse_internal_options(context_flags: u32, call: &Call) -> Result<(), CommandError> {
     if call.ttl_from_ms.is_none() {
         return Ok(());
     }
-    // SAFETY: plain call on a live context.
-    let flags = unsafe { raw::RedisModule_GetContextFlags.map_or(0, |f| f(ctx)) } as u32;
-    if flags & (raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING) != 0 {
+    if context_flags & (raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING) != 0 {
         Ok(())
     } else {
         Err(ArgError::InternalOption.into())
@@ -129,7 +150,9 @@ pub(crate) fn settle(key: &Key, outcome: &Outcome, call: &Call, now_ms: u64) {
         Some(from_ms) => (from_ms + reset_after_ms).saturating_sub(now_ms),
         None => reset_after_ms,
     };
-    key.set_expire_ms(ttl_ms);
+    if !outcome.expiry_holds {
+        key.set_expire_ms(ttl_ms);
+    }
 }
 
 /// Apply changes the key; DryRun answers what Apply would, changing nothing.
@@ -171,11 +194,16 @@ fn run<T: Stored>(key: &Key, call: &Call, now_us: u64, mode: Mode) -> Result<Out
     };
     let outcome = match (existing, mode) {
         (Some(state), Mode::Apply) => {
+            let idle_at_before = state.idle_at_us();
             let decision = step(state);
             let changed = call.cost < 0 || (decision.allowed && call.cost > 0);
-            Outcome { decision, changed }
+            let server_clock = call.at_us.is_none() && call.ttl_from_ms.is_none();
+            let expiry_holds = server_clock && idle_at_before.is_some() && state.idle_at_us() == idle_at_before;
+            Outcome { decision, changed, expiry_holds }
         }
-        (Some(state), Mode::DryRun) => Outcome { decision: step(&mut state.clone()), changed: false },
+        (Some(state), Mode::DryRun) => {
+            Outcome { decision: step(&mut state.clone()), changed: false, expiry_holds: false }
+        }
         (None, _) => {
             // A refund or a peek on a missing key finds it idle and leaves
             // it missing; an admitted call creates it.
@@ -185,7 +213,7 @@ fn run<T: Stored>(key: &Key, call: &Call, now_us: u64, mode: Mode) -> Result<Out
             if changed {
                 key.set(T::redis_type(), state);
             }
-            Outcome { decision, changed }
+            Outcome { decision, changed, expiry_holds: false }
         }
     };
     Ok(outcome)
@@ -194,54 +222,44 @@ fn run<T: Stored>(key: &Key, call: &Call, now_us: u64, mode: Mode) -> Result<Out
 /// Replicas and the AOF get the call with its time fixed, so they compute
 /// exactly the master's state, and with the master's clock, so the key
 /// expires at the same instant: `CMD key limit <period>ms COST n AT t
-/// TTLFROM ms [BURST b] [EXACT]`. Numbers go as integers (Redis formats
-/// them); the period is written into a stack buffer.
+/// TTLFROM ms [BURST b] [EXACT]`. Keywords are strings made at load and
+/// numbers are written on the stack: Redis would allocate twice for each
+/// `l` argument and once for each C string.
 pub(crate) fn propagate(ctx: Ctx, key: RString, algorithm: Algorithm, call: &Call, now_us: u64, now_ms: u64) {
     // SAFETY: reading a function pointer Redis set at load time.
-    let Some(replicate) = (unsafe { raw::RedisModule_Replicate }) else {
+    let (Some(replicate), Some(word)) = (unsafe { raw::RedisModule_Replicate }, propagation::keywords()) else {
         return;
     };
     let name = command_cstr(algorithm);
-    let limit = call.params.limit() as i64;
-    let mut buffer = [0u8; 24];
-    let period = period_ms_text(call.params.period_us() / 1000, &mut buffer);
-    let (period_ptr, period_len) = (period.as_ptr().cast::<c_char>(), period.len());
-    let at = now_us as i64;
-    let ttl_from = call.ttl_from_ms.unwrap_or(now_ms) as i64;
+    let mut buffers = [[0u8; 24]; 6];
+    let [limit, period, cost, at, ttl_from, burst] = &mut buffers;
+    let text = |b: &[u8]| (b.as_ptr().cast::<c_char>(), b.len());
+    let limit = text(decimal(call.params.limit() as i64, b"", limit));
+    let period = text(decimal((call.params.period_us() / 1000) as i64, b"ms", period));
+    let cost = text(decimal(call.cost, b"", cost));
+    let at = text(decimal(now_us as i64, b"", at));
+    let ttl_from = text(decimal(call.ttl_from_ms.unwrap_or(now_ms) as i64, b"", ttl_from));
     // SAFETY: each format letter matches its argument: s = RedisModuleString,
-    // b = buffer and length, c = C string, l = long long.
+    // b = buffer and length; the buffers outlive the call.
     unsafe {
         match algorithm {
             Algorithm::Fixed | Algorithm::Sliding if !call.exact => replicate(
-                ctx, name, cstr!("slbclclcl"), key, limit, period_ptr, period_len, cstr!("COST"), call.cost,
-                cstr!("AT"), at, cstr!("TTLFROM"), ttl_from,
+                ctx, name, cstr!("sbbsbsbsb"), key, limit.0, limit.1, period.0, period.1, word.cost, cost.0, cost.1,
+                word.at, at.0, at.1, word.ttl_from, ttl_from.0, ttl_from.1,
             ),
             Algorithm::Fixed | Algorithm::Sliding => replicate(
-                ctx, name, cstr!("slbclclclc"), key, limit, period_ptr, period_len, cstr!("COST"), call.cost,
-                cstr!("AT"), at, cstr!("TTLFROM"), ttl_from, cstr!("EXACT"),
+                ctx, name, cstr!("sbbsbsbsbs"), key, limit.0, limit.1, period.0, period.1, word.cost, cost.0, cost.1,
+                word.at, at.0, at.1, word.ttl_from, ttl_from.0, ttl_from.1, word.exact,
             ),
-            Algorithm::Token | Algorithm::Leaky => replicate(
-                ctx, name, cstr!("slbclclclcl"), key, limit, period_ptr, period_len, cstr!("COST"), call.cost,
-                cstr!("AT"), at, cstr!("TTLFROM"), ttl_from, cstr!("BURST"), call.params.burst() as i64,
-            ),
+            Algorithm::Token | Algorithm::Leaky => {
+                let burst = text(decimal(call.params.burst() as i64, b"", burst));
+                replicate(
+                    ctx, name, cstr!("sbbsbsbsbsb"), key, limit.0, limit.1, period.0, period.1, word.cost, cost.0,
+                    cost.1, word.at, at.0, at.1, word.ttl_from, ttl_from.0, ttl_from.1, word.burst, burst.0, burst.1,
+                )
+            }
         };
     }
-}
-
-/// `<ms>ms` in decimal, written into `buffer` without allocating.
-pub(crate) fn period_ms_text(ms: u64, buffer: &mut [u8; 24]) -> &[u8] {
-    let mut end = buffer.len() - 2;
-    buffer[end..].copy_from_slice(b"ms");
-    let mut n = ms;
-    loop {
-        end -= 1;
-        buffer[end] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    &buffer[end..]
 }
 
 fn command_cstr(algorithm: Algorithm) -> *const c_char {
@@ -250,16 +268,5 @@ fn command_cstr(algorithm: Algorithm) -> *const c_char {
         Algorithm::Sliding => cstr!("THROTTLE.SLIDING"),
         Algorithm::Token => cstr!("THROTTLE.TOKEN"),
         Algorithm::Leaky => cstr!("THROTTLE.LEAKY"),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn period_text() {
-        let mut buffer = [0u8; 24];
-        assert_eq!(super::period_ms_text(0, &mut buffer), b"0ms");
-        assert_eq!(super::period_ms_text(315_360_000_000, &mut buffer), b"315360000000ms");
-        assert_eq!(super::period_ms_text(u64::MAX, &mut buffer), b"18446744073709551615ms");
     }
 }

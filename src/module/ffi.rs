@@ -18,6 +18,12 @@ pub(crate) use cstr;
 pub(crate) type Ctx = *mut raw::RedisModuleCtx;
 pub(crate) type RString = *mut raw::RedisModuleString;
 
+/// The context's flags (`REDISMODULE_CTX_FLAGS_*`).
+pub(crate) fn context_flags(ctx: Ctx) -> u32 {
+    // SAFETY: plain call on a live context.
+    unsafe { raw::RedisModule_GetContextFlags.map_or(0, |f| f(ctx)) as u32 }
+}
+
 pub(crate) const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
 
 /// The bytes of a command argument, valid for the call.

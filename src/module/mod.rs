@@ -11,6 +11,7 @@ mod config;
 mod describe;
 mod docs;
 mod ffi;
+mod propagation;
 mod reply;
 mod stats;
 mod types;
@@ -273,6 +274,10 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         if let Some(register_info) = raw::RedisModule_RegisterInfoFunc {
             register_info(ctx.ctx, Some(stats::info));
         }
+    }
+    if !propagation::make_keywords() || !propagation::subscribe(ctx.ctx) {
+        ctx.log_warning("throttle: could not prepare propagation");
+        return Status::Err;
     }
     add_throttle_category(ctx.ctx);
     for command in COMMANDS {

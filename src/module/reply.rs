@@ -1,21 +1,18 @@
 //! Replies: the five-integer array, or a map for RESP3 clients.
 
-use std::ffi::c_int;
-
 use redis_module::raw;
 
 use super::ffi::{self, cstr, Ctx};
 use crate::limiter::Decision;
 
-/// True when the calling client said `HELLO 3`.
-pub(crate) fn resp3(ctx: Ctx) -> bool {
-    // SAFETY: plain call on a live context.
-    let flags = unsafe { raw::RedisModule_GetContextFlags.map_or(0, |f| f(ctx)) };
-    flags & raw::REDISMODULE_CTX_FLAGS_RESP3 as c_int != 0
+/// True when the calling client said `HELLO 3`, given the context's flags.
+pub(crate) fn resp3(context_flags: u32) -> bool {
+    context_flags & raw::REDISMODULE_CTX_FLAGS_RESP3 != 0
 }
 
-pub(crate) fn decision(ctx: Ctx, d: &Decision) {
-    if resp3(ctx) {
+/// The decision, in the client's protocol (`context_flags` tell which).
+pub(crate) fn decision(ctx: Ctx, context_flags: u32, d: &Decision) {
+    if resp3(context_flags) {
         ffi::reply_map(ctx, 5);
         ffi::reply_simple(ctx, cstr!("allowed"));
         ffi::reply_bool(ctx, d.allowed);
