@@ -37,6 +37,7 @@ run: build
 # binaries themselves build in the faster debug profile.
 test: build
 	$(CARGO) test --all-targets
+	@$(MAKE) --no-print-directory valgrind-short
 
 # Benchmarks: criterion micro-benchmarks, then redis-benchmark against INCR
 # and the Lua scripts it replaces; writes bench/results.md and bench/chart.svg.
@@ -76,7 +77,8 @@ install: build
 # make fuzz        cargo fuzz on each target for FUZZ_SECONDS (60) seconds
 # make fuzz-short  the same for 10 s each, to run from make test
 # make valgrind    integration tests with redis-server under valgrind memcheck
-.PHONY: fuzz fuzz-short valgrind
+# make valgrind-short  the same for a few test files, run by make test
+.PHONY: fuzz fuzz-short valgrind valgrind-short
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := parse_call decode_state algorithms
 # libFuzzer's instrumentation needs -Z flags; RUSTC_BOOTSTRAP=1 lets the
@@ -103,3 +105,6 @@ fuzz-short:
 
 valgrind: build
 	@scripts/valgrind.sh
+
+valgrind-short: build
+	@VALGRIND_TESTS="smoke commands persistence" scripts/valgrind.sh

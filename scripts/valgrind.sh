@@ -10,11 +10,15 @@
 # once into $VALGRIND_REDIS_DIR), unless THROTTLE_REDIS_SERVER names one.
 #
 # Environment: VALGRIND_TESTS (test files, default "smoke commands
-# extensions persistence"), VALGRIND_LOGS (log dir), CARGO_TARGET_DIR.
+# extensions persistence"), VALGRIND_SKIP (test names left out: those that
+# measure how soon a blocked call is answered, which a server slowed down
+# 20-50 times by memcheck cannot meet), VALGRIND_LOGS (log dir),
+# CARGO_TARGET_DIR.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 TESTS=${VALGRIND_TESTS:-smoke commands extensions persistence}
+SKIP=${VALGRIND_SKIP-when_the_first_waiter_gives_up_the_next_is_admitted_as_soon_as_it_can_be blocked_admissions_reach_the_replica_exactly a_later_call_that_fits_now_still_waits_behind_an_earlier_waiter}
 TARGET=${CARGO_TARGET_DIR:-$PWD/target}
 LOGS=${VALGRIND_LOGS:-$TARGET/valgrind}
 REDIS_DIR=${VALGRIND_REDIS_DIR:-$TARGET/redis-libc}
@@ -56,12 +60,14 @@ fi
 rm -rf "$LOGS" && mkdir -p "$LOGS"
 args=()
 for t in $TESTS; do args+=(--test "$t"); done
+skips=()
+for t in $SKIP; do skips+=(--skip "$t"); done
 echo "running ${TESTS} under valgrind; logs in $LOGS"
 status=0
 HOSTILE_COMMANDS=${HOSTILE_COMMANDS:-20000} \
 THROTTLE_REDIS_SERVER=$server \
 THROTTLE_SERVER_WRAPPER="valgrind --tool=memcheck --leak-check=full --show-leak-kinds=definite --errors-for-leak-kinds=definite --num-callers=40 --log-file=$LOGS/vg-%p.log" \
-  cargo test --no-fail-fast "${args[@]}" -- --test-threads=2 || status=$?
+  cargo test --no-fail-fast "${args[@]}" -- --test-threads=2 "${skips[@]}" || status=$?
 
 summary=0
 python3 - "$LOGS" <<'EOF' || summary=$?

@@ -65,6 +65,7 @@ fn now_us() -> u64 {
 }
 
 fn wait_for(what: &str, timeout: Duration, mut condition: impl FnMut() -> bool) {
+    let timeout = timeout * common::slowdown();
     let deadline = Instant::now() + timeout;
     while !condition() {
         assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
