@@ -10,10 +10,10 @@
 # once into $VALGRIND_REDIS_DIR), unless THROTTLE_REDIS_SERVER names one.
 #
 # Environment: VALGRIND_TESTS (test files, default "smoke commands
-# extensions persistence propagation replication"), VALGRIND_SKIP (test names left out: those that
-# measure how soon a blocked call is answered, which a server slowed down
-# 20-50 times by memcheck cannot meet), VALGRIND_LOGS (log dir),
-# CARGO_TARGET_DIR.
+# extensions persistence propagation replication"), VALGRIND_SKIP (test
+# names left out: those that measure how soon a blocked call is answered,
+# which a server slowed down 20-50 times by memcheck cannot meet),
+# VALGRIND_LOGS (log dir), CARGO_TARGET_DIR.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
