@@ -143,7 +143,7 @@ fn propagate(ctx: Ctx, key: RString, quota: &CellQuota, outcome: &Outcome, words
         Change::None => {}
         Change::Token { cost, .. } => {
             let mut buffer = [0u8; 24];
-            let period = seconds_text(quota.period_s(), &mut buffer);
+            let period = super::propagation::decimal(quota.period_s(), b"s", &mut buffer);
             let at = i64::try_from(outcome.now_us).unwrap_or(i64::MAX);
             let limit = i64::try_from(params.limit()).unwrap_or(i64::MAX);
             let burst = i64::try_from(params.burst()).unwrap_or(i64::MAX);
@@ -223,35 +223,4 @@ fn replicate_state(ctx: Ctx, key: RString, words: &[u64], ttl_ms: u64) {
 /// The server's clock in Unix ms, as the propagated forms carry it.
 fn now_ms() -> i64 {
     i64::try_from(super::clock::now_us() / 1000).unwrap_or(i64::MAX)
-}
-
-/// `<seconds>s` in decimal, written into `buffer` without allocating.
-fn seconds_text(seconds: u64, buffer: &mut [u8; 24]) -> &[u8] {
-    let mut end = buffer.len() - 1;
-    if let Some(unit) = buffer.get_mut(end) {
-        *unit = b's';
-    }
-    let mut n = seconds;
-    loop {
-        end = end.saturating_sub(1);
-        if let Some(digit) = buffer.get_mut(end) {
-            *digit = b'0' + (n % 10) as u8;
-        }
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    buffer.get(end..).unwrap_or_default()
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn period_text() {
-        let mut buffer = [0u8; 24];
-        assert_eq!(super::seconds_text(0, &mut buffer), b"0s");
-        assert_eq!(super::seconds_text(60, &mut buffer), b"60s");
-        assert_eq!(super::seconds_text(u64::MAX, &mut buffer), b"18446744073709551615s");
-    }
 }

@@ -8,7 +8,7 @@ use redis_module::raw;
 use super::ffi::{self, cstr, Ctx, Key, RString, Slot};
 use super::stats::{self, Counter};
 use super::types::Stored;
-use super::propagation::{self, decimal};
+use super::propagation::{self, decimal, signed_decimal};
 use super::{block, reply};
 use crate::args::{parse_call, Algorithm, ArgError, Call};
 use crate::limiter::{Decision, FixedWindow, LeakyBucket, SlidingLog, SlidingWindow, TokenBucket, NEVER};
@@ -234,11 +234,11 @@ pub(crate) fn propagate(ctx: Ctx, key: RString, algorithm: Algorithm, call: &Cal
     let mut buffers = [[0u8; 24]; 6];
     let [limit, period, cost, at, ttl_from, burst] = &mut buffers;
     let text = |b: &[u8]| (b.as_ptr().cast::<c_char>(), b.len());
-    let limit = text(decimal(call.params.limit() as i64, b"", limit));
-    let period = text(decimal((call.params.period_us() / 1000) as i64, b"ms", period));
-    let cost = text(decimal(call.cost, b"", cost));
-    let at = text(decimal(now_us as i64, b"", at));
-    let ttl_from = text(decimal(call.ttl_from_ms.unwrap_or(now_ms) as i64, b"", ttl_from));
+    let limit = text(decimal(call.params.limit(), b"", limit));
+    let period = text(decimal(call.params.period_us() / 1000, b"ms", period));
+    let cost = text(signed_decimal(call.cost, cost));
+    let at = text(decimal(now_us, b"", at));
+    let ttl_from = text(decimal(call.ttl_from_ms.unwrap_or(now_ms), b"", ttl_from));
     // SAFETY: each format letter matches its argument: s = RedisModuleString,
     // b = buffer and length; the buffers outlive the call.
     unsafe {
@@ -252,7 +252,7 @@ pub(crate) fn propagate(ctx: Ctx, key: RString, algorithm: Algorithm, call: &Cal
                 word.at, at.0, at.1, word.ttl_from, ttl_from.0, ttl_from.1, word.exact,
             ),
             Algorithm::Token | Algorithm::Leaky => {
-                let burst = text(decimal(call.params.burst() as i64, b"", burst));
+                let burst = text(decimal(call.params.burst(), b"", burst));
                 replicate(
                     ctx, name, cstr!("sbbsbsbsbsb"), key, limit.0, limit.1, period.0, period.1, word.cost, cost.0,
                     cost.1, word.at, at.0, at.1, word.ttl_from, ttl_from.0, ttl_from.1, word.burst, burst.0, burst.1,

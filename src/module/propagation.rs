@@ -161,11 +161,12 @@ fn replicate_verbatim(ctx: Ctx) {
     }
 }
 
-/// `n` in decimal, written into `buffer`, followed by `suffix`.
-pub(crate) fn decimal<'a>(n: i64, suffix: &[u8], buffer: &'a mut [u8; 24]) -> &'a [u8] {
+/// `n` in decimal followed by `suffix` (at most 4 bytes), written at the
+/// end of `buffer`.
+pub(crate) fn decimal<'a>(n: u64, suffix: &[u8], buffer: &'a mut [u8; 24]) -> &'a [u8] {
     let mut end = buffer.len() - suffix.len();
     buffer[end..].copy_from_slice(suffix);
-    let mut rest = n.unsigned_abs();
+    let mut rest = n;
     loop {
         end -= 1;
         buffer[end] = b'0' + (rest % 10) as u8;
@@ -174,30 +175,35 @@ pub(crate) fn decimal<'a>(n: i64, suffix: &[u8], buffer: &'a mut [u8; 24]) -> &'
             break;
         }
     }
-    if n < 0 {
-        end -= 1;
-        buffer[end] = b'-';
-    }
     &buffer[end..]
+}
+
+/// `n` in decimal, with its sign, written at the end of `buffer`.
+pub(crate) fn signed_decimal(n: i64, buffer: &mut [u8; 24]) -> &[u8] {
+    let mut start = buffer.len() - decimal(n.unsigned_abs(), b"", buffer).len();
+    if n < 0 {
+        start -= 1;
+        buffer[start] = b'-';
+    }
+    &buffer[start..]
 }
 
 #[cfg(test)]
 mod tests {
-    use super::decimal;
+    use super::{decimal, signed_decimal};
 
     #[test]
     fn decimal_text() {
         let mut buffer = [0u8; 24];
         assert_eq!(decimal(0, b"", &mut buffer), b"0");
-        assert_eq!(decimal(-7, b"", &mut buffer), b"-7");
-        assert_eq!(
-            decimal(315_360_000_000, b"ms", &mut buffer),
-            b"315360000000ms"
-        );
-        assert_eq!(
-            decimal(i64::MAX, b"ms", &mut buffer),
-            b"9223372036854775807ms"
-        );
-        assert_eq!(decimal(i64::MIN, b"", &mut buffer), b"-9223372036854775808");
+        assert_eq!(decimal(0, b"s", &mut buffer), b"0s");
+        assert_eq!(decimal(60, b"s", &mut buffer), b"60s");
+        assert_eq!(decimal(u64::MAX, b"s", &mut buffer), b"18446744073709551615s");
+        assert_eq!(decimal(315_360_000_000, b"ms", &mut buffer), b"315360000000ms");
+        assert_eq!(decimal(u64::MAX, b"ms", &mut buffer), b"18446744073709551615ms");
+        assert_eq!(signed_decimal(0, &mut buffer), b"0");
+        assert_eq!(signed_decimal(-7, &mut buffer), b"-7");
+        assert_eq!(signed_decimal(i64::MAX, &mut buffer), b"9223372036854775807");
+        assert_eq!(signed_decimal(i64::MIN, &mut buffer), b"-9223372036854775808");
     }
 }
