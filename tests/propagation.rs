@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{call, digest, info_field, wait_aof_rewrite_done, wait_until, Rng, Server};
+use common::{call, digest, info_field, same_values_on_replica, wait_aof_rewrite_done, wait_until, KeyTtls, Rng, Server};
 
 /// 200 keys, 40 of each kind, with limits high enough that calls keep
 /// being admitted and periods long enough that nothing expires while a
@@ -79,15 +79,13 @@ impl Loader {
 fn assert_replica_matches(m: &mut redis::Connection, r: &mut redis::Connection) {
     let acked: i64 = call(m, "WAIT 1 10000").expect("WAIT");
     assert_eq!(acked, 1, "the replica acknowledged");
-    let names: Vec<String> = call(m, "KEYS *").expect("KEYS");
-    assert!(names.len() >= 150, "most keys exist: {}", names.len());
-    let sizes: (i64, i64) = (call(m, "DBSIZE").expect("DBSIZE"), call(r, "DBSIZE").expect("DBSIZE"));
-    assert_eq!(sizes.0, sizes.1, "DBSIZE on master and replica");
-    for name in &names {
-        assert_eq!(digest(m, name), digest(r, name), "value of {name}");
-        let ttl_m: i64 = call(m, &format!("PTTL {name}")).expect("PTTL");
-        let ttl_r: i64 = call(r, &format!("PTTL {name}")).expect("PTTL");
-        assert!(ttl_m > 0 && (ttl_r - ttl_m).abs() <= 100, "{name}: PTTL {ttl_m} on the master, {ttl_r} on the replica");
+    let keys = same_values_on_replica(m, r);
+    assert!(keys.len() >= 150, "most keys exist: {}", keys.len());
+    for KeyTtls { name, on_master, on_replica } in keys {
+        assert!(
+            on_master > 0 && (on_replica - on_master).abs() <= 100,
+            "{name}: PTTL {on_master} on the master, {on_replica} on the replica"
+        );
     }
 }
 

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{call, digest, info_field, wait_until, Rng, Server};
+use common::{call, info_field, same_values_on_replica, wait_until, KeyTtls, Rng, Server};
 
 /// One key's fixed parameters; the workload's calls vary only COST.
 struct Limit {
@@ -119,16 +119,10 @@ fn workload_then_compare(max_lag_ms: i64) {
     let acked: i64 = call(&mut m, "WAIT 1 5000").expect("WAIT");
     assert_eq!(acked, 1, "the replica acknowledged the workload");
 
-    let names: Vec<String> = call(&mut m, "KEYS *").expect("KEYS");
-    let master_size: i64 = call(&mut m, "DBSIZE").expect("DBSIZE");
-    let replica_size: i64 = call(&mut r, "DBSIZE").expect("DBSIZE");
-    assert_eq!(master_size, replica_size, "DBSIZE");
-    assert!(names.len() > 100, "most keys exist: {}", names.len());
+    let keys = same_values_on_replica(&mut m, &mut r);
+    assert!(keys.len() > 100, "most keys exist: {}", keys.len());
     let mut worst_ms = 0;
-    for name in &names {
-        assert_eq!(digest(&mut m, name), digest(&mut r, name), "digest of {name}");
-        let on_master: i64 = call(&mut m, &format!("PTTL {name}")).expect("PTTL");
-        let on_replica: i64 = call(&mut r, &format!("PTTL {name}")).expect("PTTL");
+    for KeyTtls { name, on_master, on_replica } in keys {
         assert!(on_master > 0 && on_replica > 0, "{name}: PTTL {on_master} / {on_replica}");
         assert!(on_replica >= on_master - 100, "{name} would expire on the replica first: PTTL {on_master} / {on_replica}");
         worst_ms = worst_ms.max(on_replica - on_master);

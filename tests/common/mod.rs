@@ -243,6 +243,32 @@ pub fn digest(c: &mut redis::Connection, key: &str) -> String {
     v.into_iter().next().unwrap_or_default()
 }
 
+/// A key's PTTL on the master and on its replica.
+pub struct KeyTtls {
+    pub name: String,
+    pub on_master: i64,
+    pub on_replica: i64,
+}
+
+/// Checks that the replica holds every key of the master (equal DBSIZE)
+/// with the same value (DEBUG DIGEST-VALUE); returns each key's PTTLs for
+/// the caller's own bound. Call after `WAIT`.
+pub fn same_values_on_replica(m: &mut redis::Connection, r: &mut redis::Connection) -> Vec<KeyTtls> {
+    let names: Vec<String> = call(m, "KEYS *").expect("KEYS");
+    let master_size: i64 = call(m, "DBSIZE").expect("DBSIZE");
+    let replica_size: i64 = call(r, "DBSIZE").expect("DBSIZE");
+    assert_eq!(master_size, replica_size, "DBSIZE on master and replica");
+    names
+        .into_iter()
+        .map(|name| {
+            assert_eq!(digest(m, &name), digest(r, &name), "value of {name}");
+            let on_master: i64 = call(m, &format!("PTTL {name}")).expect("PTTL");
+            let on_replica: i64 = call(r, &format!("PTTL {name}")).expect("PTTL");
+            KeyTtls { name, on_master, on_replica }
+        })
+        .collect()
+}
+
 /// The five-integer reply.
 pub type Reply = (i64, i64, i64, i64, i64);
 
