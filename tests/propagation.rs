@@ -46,7 +46,8 @@ fn load(c: &mut redis::Connection, rng: &mut Rng, batches: usize) -> usize {
     admitted
 }
 
-/// Runs `load` on its own connection until told to stop.
+/// Runs `load` on its own connection, one batch at least, until told to
+/// stop.
 struct Loader {
     stop: Arc<AtomicBool>,
     thread: std::thread::JoinHandle<usize>,
@@ -60,10 +61,12 @@ impl Loader {
         let thread = std::thread::spawn(move || {
             let mut rng = Rng(seed);
             let mut admitted = 0;
-            while !flag.load(Ordering::SeqCst) {
+            loop {
                 admitted += load(&mut c, &mut rng, 1);
+                if flag.load(Ordering::SeqCst) {
+                    return admitted;
+                }
             }
-            admitted
         });
         Loader { stop, thread }
     }
@@ -178,9 +181,9 @@ fn promoted_replica_feeds_its_own_replica() {
     let _: String = call(&mut b, "REPLICAOF NO ONE").expect("REPLICAOF NO ONE");
     load(&mut b, &mut rng, 10);
     let b_port = second.port.to_string();
+    let loader = Loader::start(&second, 66);
     let third = Server::start_with(&["--replicaof", "127.0.0.1", &b_port]);
     let mut c = third.conn();
-    let loader = Loader::start(&second, 66);
     wait_link_up(&mut c);
     assert!(loader.finish() > 0, "calls were admitted while the third server attached");
     load(&mut b, &mut rng, 5);
