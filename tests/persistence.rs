@@ -135,12 +135,26 @@ fn contains(haystack: &[u8], needle: &str) -> bool {
 /// scheduling noise separates them.
 const TTL_TOLERANCE_MS: i64 = 100;
 
-#[test]
-fn debug_reload_keeps_every_type() {
-    let server = Server::start();
+/// A server started with `extra` holding the keys of [`populate`] (after
+/// the first AOF rewrite, when AOF is on), with their snapshots.
+fn server_with_keys(extra: &[&str]) -> (Server, redis::Connection, Vec<Spec>, Vec<Snapshot>) {
+    let server = Server::start_with(extra);
     let mut c = server.conn();
+    wait_aof_rewrite_done(&mut c);
     let specs = populate(&mut c, "");
     let before = snapshots(&mut c, &specs);
+    (server, c, specs, before)
+}
+
+/// BGREWRITEAOF, waited for.
+fn rewrite_aof(c: &mut redis::Connection) {
+    let _: String = call(c, "BGREWRITEAOF").expect("BGREWRITEAOF");
+    wait_aof_rewrite_done(c);
+}
+
+#[test]
+fn debug_reload_keeps_every_type() {
+    let (_server, mut c, specs, before) = server_with_keys(&[]);
     let ok: String = call(&mut c, "DEBUG RELOAD").expect("DEBUG RELOAD");
     assert_eq!(ok, "OK");
     assert_all_same(&mut c, "DEBUG RELOAD", &specs, &before, TTL_TOLERANCE_MS);
@@ -148,10 +162,7 @@ fn debug_reload_keeps_every_type() {
 
 #[test]
 fn restart_from_rdb_keeps_every_type() {
-    let mut server = Server::start();
-    let mut c = server.conn();
-    let specs = populate(&mut c, "");
-    let before = snapshots(&mut c, &specs);
+    let (mut server, _, specs, before) = server_with_keys(&[]);
     server.restart("SAVE");
     assert!(server.dir.path().join("dump.rdb").exists());
     let mut c = server.conn();
@@ -160,13 +171,8 @@ fn restart_from_rdb_keeps_every_type() {
 
 #[test]
 fn restart_from_aof_with_rdb_preamble_keeps_every_type() {
-    let mut server = Server::start_with(&["--appendonly", "yes"]);
-    let mut c = server.conn();
-    wait_aof_rewrite_done(&mut c);
-    let specs = populate(&mut c, "");
-    let before = snapshots(&mut c, &specs);
-    let _: String = call(&mut c, "BGREWRITEAOF").expect("BGREWRITEAOF");
-    wait_aof_rewrite_done(&mut c);
+    let (mut server, mut c, specs, before) = server_with_keys(&["--appendonly", "yes"]);
+    rewrite_aof(&mut c);
     let (name, base) = aof_file(server.dir.path(), "b");
     assert!(name.ends_with(".rdb") && base.starts_with(b"REDIS"), "the base {name} is an RDB");
     assert!(!contains(&base, "THROTTLE._LOAD"), "{name} holds the values in RDB form");
@@ -178,13 +184,8 @@ fn restart_from_aof_with_rdb_preamble_keeps_every_type() {
 
 #[test]
 fn restart_from_rewritten_aof_without_preamble_keeps_every_type() {
-    let mut server = Server::start_with(&["--appendonly", "yes", "--aof-use-rdb-preamble", "no"]);
-    let mut c = server.conn();
-    wait_aof_rewrite_done(&mut c);
-    let specs = populate(&mut c, "");
-    let before = snapshots(&mut c, &specs);
-    let _: String = call(&mut c, "BGREWRITEAOF").expect("BGREWRITEAOF");
-    wait_aof_rewrite_done(&mut c);
+    let (mut server, mut c, specs, before) = server_with_keys(&["--appendonly", "yes", "--aof-use-rdb-preamble", "no"]);
+    rewrite_aof(&mut c);
     let (name, base) = aof_file(server.dir.path(), "b");
     assert!(name.ends_with(".aof"), "{name}");
     for spec in &specs {
@@ -200,11 +201,7 @@ fn restart_from_rewritten_aof_without_preamble_keeps_every_type() {
 
 #[test]
 fn restart_replaying_aof_commands_keeps_every_type() {
-    let mut server = Server::start_with(&["--appendonly", "yes"]);
-    let mut c = server.conn();
-    wait_aof_rewrite_done(&mut c);
-    let specs = populate(&mut c, "");
-    let before = snapshots(&mut c, &specs);
+    let (mut server, _, specs, before) = server_with_keys(&["--appendonly", "yes"]);
     let (name, incr) = aof_file(server.dir.path(), "i");
     for command in ["THROTTLE.FIXED", "THROTTLE.SLIDING", "THROTTLE.TOKEN", "THROTTLE.LEAKY", "EXACT", "AT", "COST"] {
         assert!(contains(&incr, command), "{name} lacks {command}");
@@ -221,10 +218,7 @@ fn restart_replaying_aof_commands_keeps_every_type() {
 
 #[test]
 fn copy_rename_and_dump_restore_keep_the_value() {
-    let server = Server::start();
-    let mut c = server.conn();
-    let specs = populate(&mut c, "");
-    let before = snapshots(&mut c, &specs);
+    let (_server, mut c, specs, before) = server_with_keys(&[]);
     for (spec, snap) in specs.iter().zip(&before) {
         let key = &spec.key;
         let on = |name: &str| spec.peek.replacen(&format!(" {key} "), &format!(" {name} "), 1);
@@ -291,11 +285,7 @@ fn memory_usage_grows_with_an_exact_log() {
 /// not push it later by the pause (Redis itself writes PEXPIREAT for that).
 #[test]
 fn aof_replay_keeps_absolute_expiry() {
-    let mut server = Server::start_with(&["--appendonly", "yes"]);
-    let mut c = server.conn();
-    wait_aof_rewrite_done(&mut c);
-    let specs = populate(&mut c, "");
-    let before = snapshots(&mut c, &specs);
+    let (mut server, _, specs, before) = server_with_keys(&["--appendonly", "yes"]);
     // The downtime the replay must not add to the TTLs.
     let pause = Instant::now() + Duration::from_millis(1_000);
     common::wait_until("a measurable downtime", Duration::from_secs(5), || Instant::now() >= pause);
