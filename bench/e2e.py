@@ -24,7 +24,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -57,6 +56,8 @@ def niced(args):
     return ["nice", "-n", str(CFG["BENCH_NICE"]), *args] if CFG["BENCH_NICE"] else list(args)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "scripts"))
+from resp import Client, encode, free_port  # scripts/resp.py
 NOW_S = int(time.time())
 NOW_US = NOW_S * 1_000_000
 RATE_PER_S = "0.277778"  # 1000 per hour, for the Lua buckets
@@ -64,15 +65,6 @@ RATE_PER_S = "0.277778"  # 1000 per hour, for the Lua buckets
 # ---------------------------------------------------------------- servers
 
 SERVERS = []
-
-
-def free_port():
-    while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port != 6379:
-            return port
 
 
 class Server:
@@ -116,52 +108,6 @@ class Server:
 def stop_all(*_):
     for s in list(SERVERS):
         s.stop()
-
-
-# ---------------------------------------------------------------- RESP
-
-
-def encode(args):
-    out = [b"*%d\r\n" % len(args)]
-    for a in args:
-        a = a if isinstance(a, bytes) else str(a).encode()
-        out.append(b"$%d\r\n%s\r\n" % (len(a), a))
-    return b"".join(out)
-
-
-class Client:
-    def __init__(self, port):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=600)
-        self.file = self.sock.makefile("rb")
-
-    def call(self, *args):
-        self.sock.sendall(encode(args))
-        return self.read()
-
-    def read(self):
-        line = self.file.readline()
-        kind, rest = line[:1], line[1:-2]
-        if kind == b"+":
-            return rest.decode()
-        if kind == b"-":
-            raise RuntimeError(rest.decode())
-        if kind == b":":
-            return int(rest)
-        if kind == b"$":
-            n = int(rest)
-            return None if n < 0 else self.file.read(n + 2)[:-2].decode()
-        if kind == b"*":
-            n = int(rest)
-            return None if n < 0 else [self.read() for _ in range(n)]
-        raise RuntimeError(f"unexpected reply {line!r}")
-
-    def info(self, section):
-        fields = {}
-        for line in self.call("INFO", section).splitlines():
-            if ":" in line and not line.startswith("#"):
-                k, v = line.split(":", 1)
-                fields[k] = v
-        return fields
 
 
 def pipe(port, commands):

@@ -15,12 +15,13 @@ library only.
 import argparse
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from resp import free_port, pipeline  # scripts/resp.py, beside this script
 
 ROOT = Path(__file__).resolve().parent.parent
 T0 = 1_700_000_000_000_000  # Unix µs; a whole second, so SLIDING's windows start at 0 s, 1 s, 2 s
@@ -48,46 +49,6 @@ def traffic_ms():
     return calls
 
 
-# --- a minimal RESP2 client -------------------------------------------------
-
-def encode(args):
-    out = [b"*%d\r\n" % len(args)]
-    for a in args:
-        a = str(a).encode()
-        out.append(b"$%d\r\n%s\r\n" % (len(a), a))
-    return b"".join(out)
-
-
-def read_reply(f):
-    line = f.readline()
-    if not line:
-        raise ConnectionError("connection closed")
-    kind, rest = line[:1], line[1:-2]
-    if kind == b"+":
-        return rest.decode()
-    if kind == b"-":
-        raise RuntimeError(rest.decode())
-    if kind == b":":
-        return int(rest)
-    if kind == b"$":
-        n = int(rest)
-        if n < 0:
-            return None
-        data = f.read(n + 2)
-        return data[:-2].decode()
-    if kind == b"*":
-        n = int(rest)
-        return None if n < 0 else [read_reply(f) for _ in range(n)]
-    raise RuntimeError(f"unexpected reply {line!r}")
-
-
-def pipeline(port, commands):
-    with socket.create_connection(("127.0.0.1", port)) as s:
-        s.sendall(b"".join(encode(c) for c in commands))
-        f = s.makefile("rb")
-        return [read_reply(f) for _ in commands]
-
-
 # --- the server ---------------------------------------------------------------
 
 def module_path():
@@ -103,9 +64,7 @@ def start_server():
         sys.exit(f"plot: {module} is missing: run make build first")
     if not shutil.which("redis-server"):
         sys.exit("plot: redis-server is not on PATH (make deps installs it)")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     tmp = tempfile.mkdtemp()
     server = subprocess.Popen(
         ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
