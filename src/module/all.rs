@@ -5,7 +5,7 @@ use std::ffi::c_int;
 
 use redis_module::raw;
 
-use super::commands::{refuse_internal_options, run_on_key, settle, CommandError, Mode, Outcome};
+use super::commands::{refuse_internal_options, run_on_key, server_now_ms, settle, CommandError, Mode, Outcome};
 use super::ffi::{self, cstr, Ctx, Key, RString};
 use super::propagation;
 use super::stats::{self, Counter};
@@ -48,7 +48,7 @@ fn run(ctx: Ctx, context_flags: u32, argv: &[RString]) -> Result<(bool, Vec<Outc
     let Some(first) = specs.first() else { return Ok((true, Vec::new())) };
     refuse_internal_options(context_flags, &first.call)?;
     let (cost, now_us) = (first.call.cost, first.call.at_us.unwrap_or_else(super::clock::now_us));
-    let now_ms = super::clock::now_us() / 1000;
+    let now_ms = server_now_ms(&first.call, now_us);
     let mut keys = Vec::with_capacity(specs.len());
     let mut trial = Vec::with_capacity(specs.len());
     for spec in &specs {

@@ -109,10 +109,7 @@ pub(crate) fn execute(
     let key = Key::open(ctx, key_name);
     let outcome = run_on_key(&key, algorithm, call, now_us, Mode::Apply)?;
     if outcome.changed {
-        let now_ms = match call.at_us {
-            None => now_us / 1000,
-            Some(_) => super::clock::now_us() / 1000,
-        };
+        let now_ms = server_now_ms(call, now_us);
         settle(&key, &outcome, call, now_ms);
         drop(key);
         let full = || propagate(ctx, key_name, algorithm, call, now_us, now_ms);
@@ -122,6 +119,15 @@ pub(crate) fn execute(
         }
     }
     Ok(outcome)
+}
+
+/// The server's clock in ms for a call at `now_us`: that time itself when
+/// the call runs on the server's clock (no second reading), else the clock.
+pub(crate) fn server_now_ms(call: &Call, now_us: u64) -> u64 {
+    match call.at_us {
+        None => now_us / 1000,
+        Some(_) => super::clock::now_us() / 1000,
+    }
 }
 
 /// `TTLFROM` comes only with the propagated form: from the master's
