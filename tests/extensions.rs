@@ -13,13 +13,14 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::net::TcpStream;
 use std::process::Command;
-use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use common::{call, error, throttle, Reply, Server};
+use common::{
+    blocked_clients, call, command, error, info_number, info_value, master_and_replica, open, send_raw, sync, throttle,
+    wait_for, waiting, Reply, Server, Waiter, READ_TIMEOUT,
+};
 use redis::Value;
 
 /// A fixed `AT` base, 2023-11-14 22:00:00 UTC: on a whole hour, so SLIDING
@@ -28,8 +29,6 @@ const T: u64 = 1_699_999_200_000_000;
 const SECOND: u64 = 1_000_000;
 const MS: u64 = 1_000;
 
-/// No reply a test waits for should take this long.
-const READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Scheduling slack for "answered at once" and "no later than".
 const PROMPT: Duration = Duration::from_millis(300);
 const SLACK: Duration = Duration::from_millis(400);
@@ -38,60 +37,13 @@ const SLACK: Duration = Duration::from_millis(400);
 // Helpers
 // ---------------------------------------------------------------------------
 
-/// A connection whose reads give up after [`READ_TIMEOUT`].
-fn open(url: &str) -> redis::Connection {
-    let c = redis::Client::open(url).and_then(|c| c.get_connection()).unwrap_or_else(|e| panic!("connect {url}: {e}"));
-    c.set_read_timeout(Some(READ_TIMEOUT)).expect("read timeout");
-    c
-}
-
 fn resp3_url(server: &Server) -> String {
     format!("{}?protocol=resp3", server.url())
-}
-
-/// A command given as one space-separated line.
-fn command(line: &str) -> redis::Cmd {
-    let mut words = line.split(' ');
-    let mut cmd = redis::cmd(words.next().unwrap_or_default());
-    for word in words {
-        cmd.arg(word);
-    }
-    cmd
 }
 
 /// The wall clock in Unix microseconds.
 fn now_us() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock after 1970").as_micros() as u64
-}
-
-fn wait_for(what: &str, timeout: Duration, mut condition: impl FnMut() -> bool) {
-    let timeout = timeout * common::slowdown();
-    let deadline = Instant::now() + timeout;
-    while !condition() {
-        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
-        thread::sleep(Duration::from_millis(5));
-    }
-}
-
-fn info_value(c: &mut redis::Connection, section: &str, field: &str) -> Option<String> {
-    let text: String = call(c, &format!("INFO {section}")).expect("INFO");
-    let prefix = format!("{field}:");
-    text.lines().find_map(|l| l.strip_prefix(&prefix)).map(|v| v.trim().to_string())
-}
-
-fn info_number(c: &mut redis::Connection, section: &str, field: &str) -> i64 {
-    let value = info_value(c, section, field).unwrap_or_else(|| panic!("no {field} in INFO {section}"));
-    value.parse().unwrap_or_else(|_| panic!("{field}:{value} is not a number"))
-}
-
-/// Clients waiting in the module (`INFO throttle`).
-fn waiting(c: &mut redis::Connection) -> i64 {
-    info_number(c, "throttle", "throttle_waiting_clients")
-}
-
-/// Clients Redis counts as blocked (`INFO clients`).
-fn blocked_clients(c: &mut redis::Connection) -> i64 {
-    info_number(c, "clients", "blocked_clients")
 }
 
 /// One command's line of the `throttle_stats` section.
@@ -230,80 +182,6 @@ fn map_reply(v: &Value) -> BTreeMap<String, Value> {
 }
 
 /// A command's bytes in RESP, for raw connections.
-fn resp(line: &str) -> Vec<u8> {
-    let words: Vec<&str> = line.split(' ').collect();
-    let mut out = format!("*{}\r\n", words.len()).into_bytes();
-    for w in words {
-        out.extend_from_slice(format!("${}\r\n{w}\r\n", w.len()).as_bytes());
-    }
-    out
-}
-
-/// A raw connection that sent `line` and will never read the reply.
-fn send_raw(port: u16, line: &str) -> TcpStream {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    s.write_all(&resp(line)).expect("send");
-    s
-}
-
-/// A call on its own connection in its own thread: its result, and when
-/// the reply came.
-struct Waiter {
-    line: String,
-    handle: JoinHandle<(redis::RedisResult<Vec<i64>>, Instant)>,
-}
-
-impl Waiter {
-    fn start(url: &str, line: &str) -> Waiter {
-        let (url, owned) = (url.to_string(), line.to_string());
-        let handle = thread::spawn(move || {
-            let mut c = open(&url);
-            let result = call::<Vec<i64>>(&mut c, &owned);
-            (result, Instant::now())
-        });
-        Waiter { line: line.to_string(), handle }
-    }
-
-    /// Starts the call and returns once the server has it waiting, `n`
-    /// waiters in all: callers started one after another arrive in order.
-    fn queued(url: &str, c: &mut redis::Connection, line: &str, n: i64) -> Waiter {
-        let waiter = Waiter::start(url, line);
-        wait_for(&format!("`{line}` to wait ({n} waiting)"), Duration::from_secs(5), || {
-            waiting(c) == n && blocked_clients(c) == n
-        });
-        waiter
-    }
-
-    fn result(self) -> (redis::RedisResult<Vec<i64>>, Instant) {
-        self.handle.join().expect("waiter thread")
-    }
-
-    fn reply(self) -> (Reply, Instant) {
-        let line = self.line.clone();
-        let (result, at) = self.result();
-        let v = result.unwrap_or_else(|e| panic!("{line}: {e}"));
-        (reply_of(&line, &v), at)
-    }
-}
-
-/// A master and a replica that has synced with it.
-fn master_and_replica() -> (Server, Server) {
-    // No 5 s wait for more replicas before the first full sync.
-    let master = Server::start_with(&["--repl-diskless-sync-delay", "0"]);
-    let port = master.port.to_string();
-    let replica = Server::start_with(&["--replicaof", "127.0.0.1", &port]);
-    let mut r = open(&replica.url());
-    wait_for("the replica to sync", Duration::from_secs(20), || {
-        info_value(&mut r, "replication", "master_link_status").as_deref() == Some("up")
-    });
-    (master, replica)
-}
-
-/// Waits until the replica has everything the master sent.
-fn sync(master: &mut redis::Connection) {
-    let acked: i64 = call(master, "WAIT 1 5000").expect("WAIT");
-    assert_eq!(acked, 1, "the replica did not acknowledge");
-}
 
 fn assert_same_on_replica(master: &mut redis::Connection, replica: &mut redis::Connection, keys: &[&str]) {
     for key in keys {

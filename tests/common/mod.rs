@@ -60,6 +60,8 @@ pub struct Server {
     child: Option<Child>,
     extra: Vec<String>,
     module: PathBuf,
+    /// The test makes the server (or a fork of it) crash on purpose.
+    crash_expected: bool,
 }
 
 impl Server {
@@ -91,7 +93,7 @@ impl Server {
         let dir = tempdir::Dir::new();
         prepare(dir.path());
         let extra = extra.iter().map(|s| s.to_string()).collect();
-        let mut server = Server { port: 0, dir, child: None, extra, module };
+        let mut server = Server { port: 0, dir, child: None, extra, module, crash_expected: false };
         server.launch(port);
         server
     }
@@ -173,6 +175,25 @@ impl Server {
             }
             let _ = child.kill();
             let _ = child.wait();
+        }
+        self.check_log();
+    }
+
+    /// Lets the test crash the server, or a child it forks, on purpose.
+    pub fn expect_crash(&mut self) {
+        self.crash_expected = true;
+    }
+
+    /// No test may leave a crash report in a server's log, unless it said
+    /// it would.
+    fn check_log(&self) {
+        if self.crash_expected || std::thread::panicking() {
+            return;
+        }
+        let log = self.log();
+        let markers = ["BUG REPORT START", "crashed by signal", "ASSERTION FAILED", "Guru Meditation"];
+        if let Some(marker) = markers.iter().find(|m| log.contains(*m)) {
+            panic!("the server on port {} crashed ({marker}); log:\n{log}", self.port);
         }
     }
 
@@ -343,4 +364,149 @@ impl Rng {
     pub fn below(&mut self, n: u64) -> u64 {
         self.next() % n.max(1)
     }
+}
+
+/// No reply a test waits for should take this long.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A connection whose reads give up after [`READ_TIMEOUT`].
+pub fn open(url: &str) -> redis::Connection {
+    let c = redis::Client::open(url).and_then(|c| c.get_connection()).unwrap_or_else(|e| panic!("connect {url}: {e}"));
+    c.set_read_timeout(Some(READ_TIMEOUT * slowdown())).expect("read timeout");
+    c
+}
+
+/// A command given as one space-separated line.
+pub fn command(line: &str) -> redis::Cmd {
+    let mut words = line.split(' ');
+    let mut cmd = redis::cmd(words.next().unwrap_or_default());
+    for word in words {
+        cmd.arg(word);
+    }
+    cmd
+}
+
+/// Polls `condition` every 5 ms until it holds, failing after `timeout`.
+pub fn wait_for(what: &str, timeout: Duration, mut condition: impl FnMut() -> bool) {
+    let timeout = timeout * slowdown();
+    let deadline = Instant::now() + timeout;
+    while !condition() {
+        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+pub fn info_value(c: &mut redis::Connection, section: &str, field: &str) -> Option<String> {
+    let text: String = call(c, &format!("INFO {section}")).expect("INFO");
+    let prefix = format!("{field}:");
+    text.lines().find_map(|l| l.strip_prefix(&prefix)).map(|v| v.trim().to_string())
+}
+
+pub fn info_number(c: &mut redis::Connection, section: &str, field: &str) -> i64 {
+    let value = info_value(c, section, field).unwrap_or_else(|| panic!("no {field} in INFO {section}"));
+    value.parse().unwrap_or_else(|_| panic!("{field}:{value} is not a number"))
+}
+
+/// Clients waiting in the module (`INFO throttle`).
+pub fn waiting(c: &mut redis::Connection) -> i64 {
+    info_number(c, "throttle", "throttle_waiting_clients")
+}
+
+/// Clients Redis counts as blocked (`INFO clients`).
+pub fn blocked_clients(c: &mut redis::Connection) -> i64 {
+    info_number(c, "clients", "blocked_clients")
+}
+
+/// The RESP form of a command given as one space-separated line.
+pub fn resp(line: &str) -> Vec<u8> {
+    let words: Vec<&str> = line.split(' ').collect();
+    let mut out = format!("*{}\r\n", words.len()).into_bytes();
+    for w in words {
+        out.extend_from_slice(format!("${}\r\n{w}\r\n", w.len()).as_bytes());
+    }
+    out
+}
+
+/// A raw connection that sent `line` and will never read the reply.
+pub fn send_raw(port: u16, line: &str) -> std::net::TcpStream {
+    use std::io::Write;
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    s.write_all(&resp(line)).expect("send");
+    s
+}
+
+/// A call on its own connection in its own thread: its result, and when
+/// the reply came.
+pub struct Waiter {
+    line: String,
+    handle: std::thread::JoinHandle<(redis::RedisResult<Vec<i64>>, Instant)>,
+}
+
+impl Waiter {
+    pub fn start(url: &str, line: &str) -> Waiter {
+        let (url, owned) = (url.to_string(), line.to_string());
+        let handle = std::thread::spawn(move || {
+            let mut c = open(&url);
+            let result = call::<Vec<i64>>(&mut c, &owned);
+            (result, Instant::now())
+        });
+        Waiter { line: line.to_string(), handle }
+    }
+
+    /// Starts the call and returns once the server has it waiting, `n`
+    /// waiters in all: callers started one after another arrive in order.
+    pub fn queued(url: &str, c: &mut redis::Connection, line: &str, n: i64) -> Waiter {
+        let waiter = Waiter::start(url, line);
+        wait_for(&format!("`{line}` to wait ({n} waiting)"), Duration::from_secs(5), || {
+            waiting(c) == n && blocked_clients(c) == n
+        });
+        waiter
+    }
+
+    pub fn result(self) -> (redis::RedisResult<Vec<i64>>, Instant) {
+        self.handle.join().expect("waiter thread")
+    }
+
+    pub fn reply(self) -> (Reply, Instant) {
+        let line = self.line.clone();
+        let (result, at) = self.result();
+        let v = result.unwrap_or_else(|e| panic!("{line}: {e}"));
+        assert_eq!(v.len(), 5, "{line}: {v:?}");
+        ((v[0], v[1], v[2], v[3], v[4]), at)
+    }
+
+    /// The error the call was answered with.
+    pub fn error(self) -> redis::RedisError {
+        let line = self.line.clone();
+        match self.result().0 {
+            Ok(v) => panic!("{line}: expected an error, got {v:?}"),
+            Err(e) => e,
+        }
+    }
+}
+
+/// A master and a replica that has synced with it (more `redis-server`
+/// arguments for the master in `extra`).
+pub fn master_and_replica_with(extra: &[&str]) -> (Server, Server) {
+    // No 5 s wait for more replicas before the first full sync.
+    let mut args = vec!["--repl-diskless-sync-delay", "0"];
+    args.extend_from_slice(extra);
+    let master = Server::start_with(&args);
+    let port = master.port.to_string();
+    let replica = Server::start_with(&["--replicaof", "127.0.0.1", &port]);
+    let mut r = open(&replica.url());
+    wait_for("the replica to sync", Duration::from_secs(20), || {
+        info_value(&mut r, "replication", "master_link_status").as_deref() == Some("up")
+    });
+    (master, replica)
+}
+
+pub fn master_and_replica() -> (Server, Server) {
+    master_and_replica_with(&[])
+}
+
+/// Waits until the replica has everything the master sent.
+pub fn sync(master: &mut redis::Connection) {
+    let acked: i64 = call(master, "WAIT 1 5000").expect("WAIT");
+    assert_eq!(acked, 1, "the replica did not acknowledge");
 }
