@@ -71,7 +71,7 @@ const fn methods<T: Stored>() -> raw::RedisModuleTypeMethods {
         defrag: None,
         mem_usage2: None,
         free_effort2: None,
-        unlink2: None,
+        unlink2: Some(unlinked),
         copy2: None,
     }
 }
@@ -111,8 +111,29 @@ unsafe extern "C" fn rdb_load<T: Stored>(rdb: *mut raw::RedisModuleIO, encver: c
     })
 }
 
+/// Runs a callback that writes a value out, where a panic midway would
+/// leave half a value behind (a corrupt RDB or DUMP payload, a key missing
+/// from an AOF rewrite) with nothing to tell Redis: the process aborts
+/// instead. In BGSAVE or BGREWRITEAOF that is the forked child, whose
+/// failure Redis reports and survives; the old file stays.
+fn guarded_or_abort(io: *mut raw::RedisModuleIO, body: impl FnOnce()) {
+    if guarded(false, || {
+        body();
+        true
+    }) {
+        return;
+    }
+    // SAFETY: a plain log call on the callback's IO handle.
+    unsafe {
+        if let Some(log) = raw::RedisModule_LogIOError {
+            log(io, cstr!("warning"), cstr!("throttle: internal error while writing a value; aborting"));
+        }
+    }
+    std::process::abort();
+}
+
 unsafe extern "C" fn rdb_save<T: Stored>(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
-    guarded((), || {
+    guarded_or_abort(rdb, || {
         if let Some(state) = value.cast::<T>().as_ref() {
             state.encode(&mut |w| raw::save_unsigned(rdb, w));
         }
@@ -125,7 +146,7 @@ unsafe extern "C" fn aof_rewrite<T: Stored>(
     key: *mut raw::RedisModuleString,
     value: *mut c_void,
 ) {
-    guarded((), || {
+    guarded_or_abort(aof, || {
         let Some(state) = value.cast::<T>().as_ref() else { return };
         let (Some(create), Some(free), Some(emit)) = (
             raw::RedisModule_CreateString,
@@ -180,6 +201,22 @@ unsafe extern "C" fn free<T: Stored>(value: *mut c_void) {
     }
 }
 
+/// A value of ours leaves its key (DEL, UNLINK, an overwrite, RENAME,
+/// MOVE, RESTORE ... REPLACE, MIGRATE, expiry, eviction): the key's
+/// waiters, if any, are served at once. Redis calls this for our types
+/// only, so other keys cost nothing.
+unsafe extern "C" fn unlinked(ctx: *mut raw::RedisModuleKeyOptCtx, _value: *const c_void) {
+    guarded((), || {
+        let (Some(name), Some(db)) = (raw::RedisModule_GetKeyNameFromOptCtx, raw::RedisModule_GetDbIdFromOptCtx) else {
+            return;
+        };
+        let key = name(ctx);
+        if !key.is_null() {
+            super::wait::key_removed(db(ctx), ffi::bytes(key.cast_mut()));
+        }
+    })
+}
+
 unsafe extern "C" fn copy<T: Stored>(
     _from: *mut raw::RedisModuleString,
     _to: *mut raw::RedisModuleString,
@@ -231,8 +268,9 @@ fn load_into<T: Stored>(
     if words.next().is_some() {
         return Err("ERR invalid THROTTLE state");
     }
-    let key = ffi::Key::open(ctx, key);
+    let mut key = ffi::Key::open(ctx, key);
     key.set(T::redis_type(), state).then_some(()).ok_or("ERR could not store the state")?;
+    key.changed(cstr!("throttle._load"), false);
     // SAFETY: plain call on the command's context.
     unsafe {
         if let Some(f) = raw::RedisModule_ReplicateVerbatim {
