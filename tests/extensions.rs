@@ -181,8 +181,6 @@ fn map_reply(v: &Value) -> BTreeMap<String, Value> {
     pairs(v)
 }
 
-/// A command's bytes in RESP, for raw connections.
-
 fn assert_same_on_replica(master: &mut redis::Connection, replica: &mut redis::Connection, keys: &[&str]) {
     for key in keys {
         let (m, r) = (digest(master, key), digest(replica, key));
@@ -486,7 +484,6 @@ fn a_key_deleted_under_its_waiters_does_not_strand_them() {
     let line = "THROTTLE.FIXED replaced 1 400ms";
     assert_eq!(throttle(&mut c, line).0, 1);
     let waiter = Waiter::queued(&url, &mut c, &format!("{line} BLOCK 5000"), 1);
-    let _: i64 = call(&mut c, "DEL replaced").expect("DEL");
     let _: () = call(&mut c, "SET replaced text").expect("SET");
     let (result, _) = waiter.result();
     let e = result.expect_err("a waiter on a key that became a string");

@@ -106,11 +106,17 @@ pub struct Decision {
 }
 
 /// One algorithm's state for one key.
-pub trait Limiter: Default {
+pub trait Limiter: Default + Clone {
     /// Decides a call asking for `cost` units at `now_us`. The state changes
     /// only when the call is admitted with `cost > 0`; a denied call or a
     /// peek (`cost == 0`) leaves it exactly as it was.
     fn acquire(&mut self, params: &Params, cost: u64, now_us: u64) -> Decision;
+
+    /// What [`Limiter::acquire`] would answer, changing nothing. States
+    /// that hold more than a few words answer without copying themselves.
+    fn check(&self, params: &Params, cost: u64, now_us: u64) -> Decision {
+        self.clone().acquire(params, cost, now_us)
+    }
 
     /// Gives `units` back at `now_us`: the state moves towards idle, never
     /// past it. Always admitted; a reply with `reset_after_ms == 0` means

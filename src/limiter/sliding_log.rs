@@ -62,13 +62,6 @@ impl SlidingLog {
         self.used += entry.units;
     }
 
-    fn decision(&self, allowed: bool, limit: u64, period: u64, now: u64, used: u64, retry_after_ms: i64) -> Decision {
-        let reset_after_ms = match self.newest() {
-            Some(entry) if used > 0 => ms_ceil(u128::from(entry.at_us + period - now)),
-            _ => 0,
-        };
-        Decision { allowed, limit, remaining: limit.saturating_sub(used), retry_after_ms, reset_after_ms }
-    }
 
     pub(crate) fn entries(&self) -> Entries<'_> {
         Entries { words: self.log.iter().peekable() }
@@ -116,6 +109,18 @@ impl SlidingLog {
             };
             self.used = self.used.saturating_sub(units);
         }
+        self.release_spare_capacity();
+    }
+
+    /// Gives memory back once the log uses a quarter of what it holds,
+    /// keeping room to double: each shrink follows as many removals as it
+    /// copies words, so the cost stays amortized O(1) per entry.
+    fn release_spare_capacity(&mut self) {
+        const KEEP_WORDS: usize = 8;
+        let capacity = self.log.capacity();
+        if capacity > KEEP_WORDS && self.log.len() <= capacity / 4 {
+            self.log.shrink_to((self.log.len() * 2).max(KEEP_WORDS));
+        }
     }
 
     fn push(&mut self, now: u64, units: u64) {
@@ -146,6 +151,19 @@ impl SlidingLog {
 
 impl Limiter for SlidingLog {
     fn acquire(&mut self, params: &Params, cost: u64, now_us: u64) -> Decision {
+        let decision = self.check(params, cost, now_us);
+        if decision.allowed && cost > 0 {
+            let now = now_us.max(self.updated_at_us);
+            self.drop_expired(params.period_us(), now);
+            self.push(now, cost);
+            self.updated_at_us = now;
+            self.limit = params.limit();
+            self.period_us = params.period_us();
+        }
+        decision
+    }
+
+    fn check(&self, params: &Params, cost: u64, now_us: u64) -> Decision {
         let now = now_us.max(self.updated_at_us);
         let limit = params.limit();
         let period = params.period_us();
@@ -159,15 +177,16 @@ impl Limiter for SlidingLog {
         } else {
             super::retry_ms(self.wait_us(period, now, expired, used + cost - limit))
         };
-        if allowed && cost > 0 {
-            self.drop_expired(period, now);
-            self.push(now, cost);
-            self.updated_at_us = now;
-            self.limit = limit;
-            self.period_us = period;
-        }
-        let used_after = if allowed { used + cost } else { used };
-        self.decision(allowed, limit, period, now, used_after, retry_after_ms)
+        let (used_after, newest_at) = if allowed && cost > 0 {
+            (used + cost, Some(now))
+        } else {
+            (used, self.newest().map(|e| e.at_us))
+        };
+        let reset_after_ms = match newest_at {
+            Some(at_us) if used_after > 0 => ms_ceil(u128::from(at_us + period - now)),
+            _ => 0,
+        };
+        Decision { allowed, limit, remaining: limit.saturating_sub(used_after), retry_after_ms, reset_after_ms }
     }
 
     /// Removes the newest units first: a refund returns what was reserved
@@ -194,7 +213,13 @@ impl Limiter for SlidingLog {
             self.limit = params.limit();
             self.period_us = period;
         }
-        self.decision(true, params.limit(), period, now, self.used, 0)
+        self.release_spare_capacity();
+        let reset_after_ms = match self.newest() {
+            Some(entry) if self.used > 0 => ms_ceil(u128::from(entry.at_us + period - now)),
+            _ => 0,
+        };
+        let limit = params.limit();
+        Decision { allowed: true, limit, remaining: limit.saturating_sub(self.used), retry_after_ms: 0, reset_after_ms }
     }
 
     fn last_params(&self) -> Option<Params> {

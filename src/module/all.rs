@@ -5,9 +5,11 @@ use std::ffi::c_int;
 
 use redis_module::raw;
 
-use super::commands::{refuse_internal_options, run_on_key, server_now_ms, settle, CommandError, Mode, Outcome};
+use super::apply::{run_on_key, server_now_ms, settle, Mode, Outcome};
+use super::commands::refuse_internal_options;
 use super::ffi::{self, cstr, Ctx, Key, RString};
 use super::propagation;
+use super::reply::CommandError;
 use super::stats::{self, Counter};
 use crate::args::{parse_all, Spec};
 
@@ -41,8 +43,8 @@ fn parse(argv: &[RString]) -> Result<Vec<Spec>, CommandError> {
 }
 
 /// Checks every limit without changing anything; only if all admit, runs
-/// them for real. Propagates one `THROTTLE.ALL COST n AT t TTLFROM ms
-/// spec...`.
+/// them for real (a refund, always admitted, runs at once). Propagates one
+/// `THROTTLE.ALL COST n AT t TTLFROM ms spec...`.
 fn run(ctx: Ctx, context_flags: u32, argv: &[RString]) -> Result<(bool, Vec<Outcome>), CommandError> {
     let specs = parse(argv)?;
     let Some(first) = specs.first() else { return Ok((true, Vec::new())) };
@@ -50,37 +52,46 @@ fn run(ctx: Ctx, context_flags: u32, argv: &[RString]) -> Result<(bool, Vec<Outc
     let (cost, now_us) = (first.call.cost, first.call.at_us.unwrap_or_else(super::clock::now_us));
     let now_ms = server_now_ms(&first.call, now_us);
     let mut keys = Vec::with_capacity(specs.len());
-    let mut trial = Vec::with_capacity(specs.len());
     for spec in &specs {
         let name = argv.get(spec.key_index).copied().ok_or(CommandError::from(crate::args::ArgError::WrongArity))?;
-        let key = Key::open(ctx, name);
-        trial.push(run_on_key(&key, spec.algorithm, &spec.call, now_us, Mode::DryRun)?);
-        keys.push(key);
+        keys.push(Key::open(ctx, name));
     }
-    let allowed = trial.iter().all(|o| o.decision.allowed);
-    if cost == 0 {
-        return Ok((allowed, trial));
-    }
-    if !allowed {
-        // Nothing is consumed: a limit that would admit shows its state as
-        // it stands (a peek), with its own verdict.
-        for ((spec, key), outcome) in specs.iter().zip(&keys).zip(trial.iter_mut()) {
-            if outcome.decision.allowed {
-                let peek = crate::args::Call { cost: 0, ..spec.call };
-                outcome.decision = run_on_key(key, spec.algorithm, &peek, now_us, Mode::DryRun)?.decision;
-            }
+    if cost >= 0 {
+        let mut trial = Vec::with_capacity(specs.len());
+        for (spec, key) in specs.iter().zip(keys.iter_mut()) {
+            trial.push(run_on_key(key, spec.algorithm, &spec.call, now_us, Mode::DryRun)?);
         }
-        return Ok((false, trial));
+        if cost == 0 {
+            return Ok((trial.iter().all(|o| o.decision.allowed), trial));
+        }
+        if !trial.iter().all(|o| o.decision.allowed) {
+            // Nothing is consumed: a limit that would admit shows its state
+            // as it stands (a peek), with its own verdict.
+            for ((spec, key), outcome) in specs.iter().zip(keys.iter_mut()).zip(trial.iter_mut()) {
+                if outcome.decision.allowed {
+                    let peek = crate::args::Call { cost: 0, ..spec.call };
+                    outcome.decision = run_on_key(key, spec.algorithm, &peek, now_us, Mode::DryRun)?.decision;
+                }
+            }
+            return Ok((false, trial));
+        }
     }
     let mut outcomes = Vec::with_capacity(specs.len());
-    for (spec, key) in specs.iter().zip(&keys) {
+    for (spec, key) in specs.iter().zip(keys.iter_mut()) {
         let outcome = run_on_key(key, spec.algorithm, &spec.call, now_us, Mode::Apply)?;
         if outcome.changed {
-            settle(key, &outcome, &spec.call, now_ms);
+            settle(key, spec.algorithm, &outcome, &spec.call, now_ms);
         }
         outcomes.push(outcome);
     }
     drop(keys);
+    if cost < 0 {
+        for (spec, outcome) in specs.iter().zip(&outcomes) {
+            if let (true, Some(&name)) = (outcome.changed, argv.get(spec.key_index)) {
+                super::wait::units_returned(ctx, name);
+            }
+        }
+    }
     if outcomes.iter().any(|o| o.changed) {
         let ttl_from_ms = first.call.ttl_from_ms.unwrap_or(now_ms);
         propagation::send(ctx, context_flags, || propagate(ctx, argv, &specs, cost, now_us, ttl_from_ms));

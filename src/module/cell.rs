@@ -97,35 +97,56 @@ fn run(ctx: Ctx, argv: &[RString]) -> Result<CellReply, Failure> {
     };
     let quota = CellQuota::new(max_burst, count, period)?;
 
-    let key = Key::open(ctx, key_name);
-    let mut fresh = TokenBucket::default();
-    let (state, existed) = match key.slot::<TokenBucket>(&TOKEN_TYPE) {
-        Slot::Mine(state) => (state, true),
-        Slot::Empty => (&mut fresh, false),
-        Slot::Other => return Err(Failure::WrongType),
-    };
-    let outcome = mapping::throttle(state, &quota, quantity, super::clock::now_us());
+    let mut key = Key::open(ctx, key_name);
+    let now_us = super::clock::now_us();
     let mut words = Vec::new();
-    if matches!(outcome.change, Change::Stored { .. }) {
-        state.encode(&mut |w| words.push(w));
-    }
-    let settled = match outcome.change {
-        Change::None => false,
-        Change::Token { ttl_ms: 0, .. } | Change::Emptied => {
-            if existed {
-                key.delete();
+    let (outcome, settled) = match key.slot::<TokenBucket>(&TOKEN_TYPE) {
+        Slot::Other => return Err(Failure::WrongType),
+        Slot::Mine(state) => {
+            let outcome = mapping::throttle(state, &quota, quantity, now_us);
+            if matches!(outcome.change, Change::Stored { .. }) {
+                state.encode(&mut |w| words.push(w));
             }
-            existed
+            let settled = match outcome.change {
+                Change::None => false,
+                Change::Token { ttl_ms: 0, .. } | Change::Emptied => {
+                    key.delete();
+                    true
+                }
+                Change::Token { ttl_ms, .. } | Change::Stored { ttl_ms } => {
+                    key.set_expire_ms(ttl_ms);
+                    true
+                }
+            };
+            (outcome, settled)
         }
-        Change::Token { ttl_ms, .. } | Change::Stored { ttl_ms } => {
-            let stored = existed || key.set(&TOKEN_TYPE, std::mem::take(state));
-            if stored {
-                key.set_expire_ms(ttl_ms);
+        Slot::Empty => {
+            let mut state = TokenBucket::default();
+            let outcome = mapping::throttle(&mut state, &quota, quantity, now_us);
+            if matches!(outcome.change, Change::Stored { .. }) {
+                state.encode(&mut |w| words.push(w));
             }
-            stored
+            let settled = match outcome.change {
+                Change::None | Change::Token { ttl_ms: 0, .. } | Change::Emptied => false,
+                Change::Token { ttl_ms, .. } | Change::Stored { ttl_ms } => {
+                    let stored = key.set(&TOKEN_TYPE, state);
+                    if stored {
+                        key.set_expire_ms(ttl_ms);
+                    }
+                    stored
+                }
+            };
+            (outcome, settled)
         }
     };
+    if settled {
+        let deleted = matches!(outcome.change, Change::Token { ttl_ms: 0, .. } | Change::Emptied);
+        key.changed(cstr!("cl.throttle"), deleted);
+    }
     drop(key);
+    if settled && quantity < 0 {
+        super::wait::units_returned(ctx, key_name);
+    }
     if settled {
         let flags = super::ffi::context_flags(ctx);
         super::propagation::send(ctx, flags, || propagate(ctx, key_name, &quota, &outcome, &words));

@@ -73,12 +73,12 @@ pub(crate) fn info(ctx: Ctx, argv: &[RString]) {
         _ => return ffi::reply_wrong_arity(ctx),
     };
     let now_us = at_us.unwrap_or_else(super::clock::now_us);
-    let key = Key::open(ctx, key_name);
-    let described = describe::<FixedWindow>(ctx, &key, now_us)
-        || describe::<SlidingWindow>(ctx, &key, now_us)
-        || describe::<SlidingLog>(ctx, &key, now_us)
-        || describe::<TokenBucket>(ctx, &key, now_us)
-        || describe::<LeakyBucket>(ctx, &key, now_us);
+    let mut key = Key::open_read(ctx, key_name);
+    let described = describe::<FixedWindow>(ctx, &mut key, now_us)
+        || describe::<SlidingWindow>(ctx, &mut key, now_us)
+        || describe::<SlidingLog>(ctx, &mut key, now_us)
+        || describe::<TokenBucket>(ctx, &mut key, now_us)
+        || describe::<LeakyBucket>(ctx, &mut key, now_us);
     if !described {
         match key.slot::<FixedWindow>(FixedWindow::redis_type()) {
             Slot::Empty => ffi::reply_null(ctx),
@@ -88,14 +88,14 @@ pub(crate) fn info(ctx: Ctx, argv: &[RString]) {
 }
 
 /// Replies and returns true when the key holds a `T`.
-fn describe<T: Describe>(ctx: Ctx, key: &Key, now_us: u64) -> bool {
+fn describe<T: Describe>(ctx: Ctx, key: &mut Key, now_us: u64) -> bool {
     let Slot::Mine(state) = key.slot::<T>(T::redis_type()) else { return false };
     let Some(params) = state.last_params() else {
         ffi::reply_error(ctx, "ERR the key holds no parameters");
         return true;
     };
     // A peek: COST 0 changes nothing.
-    let now = state.acquire(&params, 0, now_us);
+    let now = state.check(&params, 0, now_us);
     reply(ctx, T::ALGORITHM, &params, state.updated_at_us(), state.entries(), &now);
     true
 }

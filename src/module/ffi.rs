@@ -40,9 +40,12 @@ pub(crate) fn bytes<'a>(s: RString) -> &'a [u8] {
     }
 }
 
-/// A key opened for reading and writing, closed on drop.
+/// An open key, closed on drop. Its value is borrowed from the handle,
+/// so no reference to it outlives the handle or a change of the value.
 pub(crate) struct Key<'a> {
     ptr: *mut raw::RedisModuleKey,
+    ctx: Ctx,
+    name: RString,
     _ctx: PhantomData<&'a ()>,
 }
 
@@ -54,13 +57,23 @@ pub(crate) enum Slot<'a, T> {
 }
 
 impl<'a> Key<'a> {
+    /// Opens the key for a call that may change it. Opening alone touches
+    /// nothing: the module signals a key as modified itself, only when it
+    /// changed it (`REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED`), so
+    /// `WATCH` and client-side caching see only real changes.
     pub(crate) fn open(ctx: Ctx, name: RString) -> Key<'a> {
-        let mode = (raw::KeyMode::READ | raw::KeyMode::WRITE).bits();
-        // SAFETY: ctx and name come from the running command.
-        let ptr = unsafe {
-            raw::RedisModule_OpenKey.map_or(std::ptr::null_mut(), |f| f(ctx, name, mode))
-        };
-        Key { ptr, _ctx: PhantomData }
+        Key::open_with(ctx, name, raw::KeyMode::READ | raw::KeyMode::WRITE)
+    }
+
+    /// Opens the key for reading only.
+    pub(crate) fn open_read(ctx: Ctx, name: RString) -> Key<'a> {
+        Key::open_with(ctx, name, raw::KeyMode::READ)
+    }
+
+    fn open_with(ctx: Ctx, name: RString, mode: raw::KeyMode) -> Key<'a> {
+        // SAFETY: ctx and name come from the running command or callback.
+        let ptr = unsafe { raw::RedisModule_OpenKey.map_or(std::ptr::null_mut(), |f| f(ctx, name, mode.bits())) };
+        Key { ptr, ctx, name, _ctx: PhantomData }
     }
 
     fn is_empty(&self) -> bool {
@@ -68,11 +81,13 @@ impl<'a> Key<'a> {
         unsafe { raw::RedisModule_KeyType.map_or(0, |f| f(self.ptr)) == raw::REDISMODULE_KEYTYPE_EMPTY as c_int }
     }
 
-    pub(crate) fn slot<T>(&self, ty: &RedisType) -> Slot<'a, T> {
+    /// The key's value if it holds a `T` of type `ty`.
+    pub(crate) fn slot<T>(&mut self, ty: &RedisType) -> Slot<'_, T> {
         if self.ptr.is_null() || self.is_empty() {
             return Slot::Empty;
         }
-        // SAFETY: the key is open; a value of our type is a Box<T> we set.
+        // SAFETY: the key is open; a value of our type is a Box<T> we set,
+        // and the exclusive borrow of the handle keeps it alive and unique.
         unsafe {
             let theirs = raw::RedisModule_ModuleTypeGetType.map_or(std::ptr::null_mut(), |f| f(self.ptr));
             if theirs.is_null() || theirs != *ty.raw_type.borrow() {
@@ -87,7 +102,7 @@ impl<'a> Key<'a> {
     }
 
     /// Stores `value` as the key's value, replacing what was there.
-    pub(crate) fn set<T>(&self, ty: &RedisType, value: T) -> bool {
+    pub(crate) fn set<T>(&mut self, ty: &RedisType, value: T) -> bool {
         let boxed = Box::into_raw(Box::new(value)).cast::<c_void>();
         // SAFETY: Redis takes ownership of the box and frees it through the
         // type's free callback; on failure we take it back.
@@ -102,7 +117,7 @@ impl<'a> Key<'a> {
         }
     }
 
-    pub(crate) fn set_expire_ms(&self, ms: u64) {
+    pub(crate) fn set_expire_ms(&mut self, ms: u64) {
         let ms = i64::try_from(ms).unwrap_or(i64::MAX).max(1);
         // SAFETY: the key is open for writing and holds a value.
         unsafe {
@@ -112,11 +127,29 @@ impl<'a> Key<'a> {
         }
     }
 
-    pub(crate) fn delete(&self) {
+    pub(crate) fn delete(&mut self) {
         // SAFETY: the key is open for writing.
         unsafe {
             if let Some(f) = raw::RedisModule_DeleteKey {
                 f(self.ptr);
+            }
+        }
+    }
+
+    /// Tells the server the key changed: `WATCH`, client-side caching and
+    /// keyspace notifications (`event`, a NUL-terminated module-class
+    /// event name; `deleted` adds the generic `del`).
+    pub(crate) fn changed(&self, event: *const c_char, deleted: bool) {
+        // SAFETY: plain calls on the key's context and name.
+        unsafe {
+            if let Some(signal) = raw::RedisModule_SignalModifiedKey {
+                signal(self.ctx, self.name);
+            }
+            if let Some(notify) = raw::RedisModule_NotifyKeyspaceEvent {
+                notify(self.ctx, raw::REDISMODULE_NOTIFY_MODULE as c_int, event, self.name);
+                if deleted {
+                    notify(self.ctx, raw::REDISMODULE_NOTIFY_GENERIC as c_int, cstr!("del"), self.name);
+                }
             }
         }
     }

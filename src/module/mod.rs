@@ -3,18 +3,21 @@
 
 mod alloc;
 mod all;
-mod block;
+mod apply;
 mod cell;
 mod clock;
 mod commands;
 mod config;
 mod describe;
 mod docs;
+mod events;
 mod ffi;
+mod gate;
 mod propagation;
 mod reply;
 mod stats;
 mod types;
+mod wait;
 
 use std::ffi::{c_int, CString};
 
@@ -52,6 +55,7 @@ handler!(load_cmd, types::load_command);
 handler!(all_cmd, all::throttle_all);
 handler!(info_cmd, describe::info);
 handler!(cell_cmd, cell::cl_throttle);
+handler!(gate_cmd, gate::gate_command);
 
 /// redis-cell's command, registered unless the `cl-throttle` setting is off.
 static CL_THROTTLE: Command = Command {
@@ -173,7 +177,19 @@ static COMMANDS: &[Command] = &[
             key_flags: KEY_OVERWRITTEN,
         },
         handler: load_cmd,
-        flags: "write deny-oom",
+        flags: "write deny-oom admin",
+    },
+    Command {
+        doc: CommandDoc {
+            name: "THROTTLE._GATE",
+            summary: "Internal: does nothing. The module calls it to learn whether the server accepts a write to the key now.",
+            complexity: "O(1)",
+            arity: 2,
+            args: &[KEY_ARG],
+            key_flags: KEY_UPDATED,
+        },
+        handler: gate_cmd,
+        flags: "write deny-oom no-monitor no-slowlog",
     },
 ];
 
@@ -208,8 +224,11 @@ fn register(ctx: Ctx, command: &Command) -> bool {
 }
 
 /// Servers with module ACL categories (7.2+) get `@write`/`@read`,
-/// `@fast` and, where modules may add categories, `@throttle`. On 7.0
-/// module commands have no categories: grant them by name (README).
+/// `@fast` and, where modules may add categories, `@throttle`; the
+/// internal commands (`THROTTLE._*`) are in neither `@throttle` nor
+/// `@fast`, and `THROTTLE._LOAD`, which overwrites any key, is `@admin
+/// @dangerous`. On 7.0 module commands have no categories: grant them by
+/// name (README).
 fn set_acl_categories(ctx: Ctx, name: &CString, flags: &str) -> bool {
     // SAFETY: called from OnLoad with the module's context; the strings
     // outlive the calls.
@@ -223,16 +242,18 @@ fn set_acl_categories(ctx: Ctx, name: &CString, flags: &str) -> bool {
         if command.is_null() {
             return false;
         }
+        let internal = name.to_bytes().starts_with(b"THROTTLE._");
         let mut categories: Vec<&str> = Vec::new();
         for flag in flags.split(' ') {
             match flag {
                 "write" => categories.push("write"),
                 "readonly" => categories.push("read"),
-                "fast" => categories.push("fast"),
+                "fast" if !internal => categories.push("fast"),
+                "admin" => categories.extend(["admin", "dangerous"]),
                 _ => {}
             }
         }
-        if THROTTLE_CATEGORY.load(std::sync::atomic::Ordering::Relaxed) {
+        if THROTTLE_CATEGORY.load(std::sync::atomic::Ordering::Relaxed) && !internal {
             categories.push("throttle");
         }
         let Ok(categories) = CString::new(categories.join(" ")) else { return false };
@@ -253,6 +274,13 @@ fn add_throttle_category(ctx: Ctx) {
     THROTTLE_CATEGORY.store(added, std::sync::atomic::Ordering::Relaxed);
 }
 
+/// The `throttle_stats` INFO section.
+unsafe extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int) {
+    let _ = std::panic::catch_unwind(|| stats::info(ctx, &[(c"waiting_clients", wait::waiting() as u64)]));
+}
+
+/// Everything that can fail comes before the event subscriptions, the last
+/// step: Redis 7.0 keeps a failed module's subscriptions (see `events`).
 fn init(ctx: &Context, args: &[RedisString]) -> Status {
     if let Err(message) = config::from_module_args(args) {
         ctx.log_warning(&message);
@@ -262,20 +290,21 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         ctx.log_warning("throttle: could not register the module's configuration");
         return Status::Err;
     }
-    // SAFETY: OnLoad context; lets rdb_load see truncated input as an error
-    // instead of Redis aborting.
+    // SAFETY: OnLoad context. IO errors: rdb_load sees truncated input as
+    // an error instead of Redis aborting. No implicit signal: closing a key
+    // opened for writing does not count as a change (WATCH, client-side
+    // caching); the module signals the keys it changes.
     unsafe {
         if let Some(set_options) = raw::RedisModule_SetModuleOptions {
-            set_options(ctx.ctx, raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS as c_int);
+            let options = raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS | raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED;
+            set_options(ctx.ctx, options as c_int);
         }
-    }
-    // SAFETY: OnLoad context; replaces the crate's default INFO handler.
-    unsafe {
+        // Replaces the crate's default INFO handler.
         if let Some(register_info) = raw::RedisModule_RegisterInfoFunc {
-            register_info(ctx.ctx, Some(stats::info));
+            register_info(ctx.ctx, Some(info));
         }
     }
-    if !propagation::make_keywords() || !propagation::subscribe(ctx.ctx) {
+    if !propagation::make_keywords() {
         ctx.log_warning("throttle: could not prepare propagation");
         return Status::Err;
     }
@@ -287,13 +316,18 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         }
     }
     if config::CL_THROTTLE.load(std::sync::atomic::Ordering::Relaxed) && !register(ctx.ctx, &CL_THROTTLE) {
-        ctx.log_warning("throttle: could not register CL.THROTTLE");
+        ctx.log_warning("throttle: could not register CL.THROTTLE (another module has it: load with cl-throttle no)");
         return Status::Err;
     }
     #[cfg(debug_assertions)]
     if !register(ctx.ctx, &DEBUG_PANIC) {
         return Status::Err;
     }
+    if !events::subscribe(ctx.ctx) {
+        ctx.log_warning("throttle: could not subscribe to server events");
+        return Status::Err;
+    }
+    wait::prepare(ctx.ctx);
     Status::Ok
 }
 

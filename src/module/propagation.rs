@@ -14,13 +14,13 @@
 //! written on the stack.
 //!
 //! Whether anyone listens is asked of Redis (INFO replication) the first
-//! time it matters and again after any event that can change it: a role
-//! change, a replica coming or going, a fork (a replica's first sync forks
-//! before it needs the stream; writes before that fork are in its
-//! snapshot), the end of loading. The AOF is checked on every call (it can
-//! be switched on at any time).
+//! time it matters and again after any event that can change it
+//! ([`super::events`]): a role change, a replica coming or going, a fork
+//! (a replica's first sync forks before it needs the stream; writes before
+//! that fork are in its snapshot), loading. The AOF is checked on every
+//! call (it can be switched on at any time).
 
-use std::ffi::{c_char, c_int, c_void, CStr};
+use std::ffi::{c_char, c_int, CStr};
 use std::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
 
 use redis_module::raw;
@@ -33,27 +33,9 @@ const LISTENING: u8 = 2;
 
 static LISTENERS: AtomicU8 = AtomicU8::new(UNKNOWN);
 
-/// Subscribes to the events after which the answer must be asked again.
-/// Returns false if Redis refused a subscription.
-pub(crate) fn subscribe(ctx: Ctx) -> bool {
-    let events = [
-        raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
-        raw::REDISMODULE_EVENT_REPLICA_CHANGE,
-        raw::REDISMODULE_EVENT_FORK_CHILD,
-        raw::REDISMODULE_EVENT_LOADING,
-    ];
-    events.into_iter().all(|id| {
-        // SAFETY: OnLoad context; the callback is a plain function.
-        unsafe {
-            raw::RedisModule_SubscribeToServerEvent.is_some_and(|subscribe| {
-                subscribe(ctx, raw::RedisModuleEvent { id, dataver: 1 }, Some(forget))
-                    == raw::REDISMODULE_OK as c_int
-            })
-        }
-    })
-}
-
-unsafe extern "C" fn forget(_ctx: Ctx, _event: raw::RedisModuleEvent, _subevent: u64, _data: *mut c_void) {
+/// Asks again next time: after an event that can change who listens
+/// (see [`super::events`]).
+pub(crate) fn forget() {
     LISTENERS.store(UNKNOWN, Ordering::Relaxed);
 }
 

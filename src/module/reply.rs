@@ -3,6 +3,7 @@
 use redis_module::raw;
 
 use super::ffi::{self, cstr, Ctx};
+use crate::args::ArgError;
 use crate::limiter::Decision;
 
 /// True when the calling client said `HELLO 3`, given the context's flags.
@@ -31,5 +32,32 @@ pub(crate) fn decision(ctx: Ctx, context_flags: u32, d: &Decision) {
         ffi::reply_integer(ctx, d.remaining as i64);
         ffi::reply_integer(ctx, d.retry_after_ms);
         ffi::reply_integer(ctx, d.reset_after_ms as i64);
+    }
+}
+
+/// Why a call gets an error reply instead of a decision.
+#[derive(Clone, Debug)]
+pub(crate) enum CommandError {
+    Arg(ArgError),
+    WrongType,
+    /// The server refuses writes right now, in its own words (`OOM ...`,
+    /// `NOREPLICAS ...`): what a waiter is told when its turn comes then.
+    Refused(String),
+}
+
+impl From<ArgError> for CommandError {
+    fn from(e: ArgError) -> Self {
+        CommandError::Arg(e)
+    }
+}
+
+impl CommandError {
+    pub(crate) fn reply(&self, ctx: Ctx) {
+        match self {
+            CommandError::Arg(ArgError::WrongArity) => ffi::reply_wrong_arity(ctx),
+            CommandError::Arg(e) => ffi::reply_error(ctx, &e.message()),
+            CommandError::WrongType => ffi::reply_error(ctx, ffi::WRONGTYPE),
+            CommandError::Refused(text) => ffi::reply_error(ctx, text),
+        }
     }
 }

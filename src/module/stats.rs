@@ -1,6 +1,6 @@
 //! Per-command counters for the `throttle_stats` INFO section.
 
-use std::ffi::CString;
+use std::ffi::CStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use redis_module::raw;
@@ -14,15 +14,18 @@ pub(crate) enum Counter {
     Limited,
     Blocked,
     TimedOut,
+    /// A `BLOCK` call answered at once because a cap on waiters was
+    /// reached (it is also counted as admitted or limited).
+    OverCap,
 }
 
-const COUNTER_NAMES: [&str; 5] = ["calls", "admitted", "limited", "blocked", "timed_out"];
+const COUNTER_NAMES: [&CStr; 6] = [c"calls", c"admitted", c"limited", c"blocked", c"timed_out", c"over_cap"];
 
-pub(crate) struct Counters([AtomicU64; 5]);
+pub(crate) struct Counters([AtomicU64; 6]);
 
 impl Counters {
     const fn new() -> Counters {
-        Counters([AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)])
+        Counters([const { AtomicU64::new(0) }; 6])
     }
 
     pub(crate) fn add(&self, counter: Counter) {
@@ -46,10 +49,12 @@ pub(crate) fn for_command(algorithm: Algorithm) -> &'static Counters {
     }
 }
 
-/// `INFO throttle` shows one line per command:
-/// `throttle_fixed:calls=3,admitted=2,limited=1,blocked=0,timed_out=0`.
-pub(crate) unsafe extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: std::ffi::c_int) {
-    let _ = std::panic::catch_unwind(|| {
+/// The `throttle_stats` INFO section: one line per command,
+/// `throttle_fixed:calls=3,admitted=2,limited=1,blocked=0,timed_out=0,over_cap=0`,
+/// then `extra` fields.
+pub(crate) fn info(ctx: *mut raw::RedisModuleInfoCtx, extra: &[(&CStr, u64)]) {
+    // SAFETY: the INFO context Redis passed to the module's INFO callback.
+    unsafe {
         let (Some(section), Some(begin), Some(field), Some(end)) = (
             raw::RedisModule_InfoAddSection,
             raw::RedisModule_InfoBeginDictField,
@@ -59,24 +64,23 @@ pub(crate) unsafe extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_cra
             return;
         };
         section(ctx, super::ffi::cstr!("stats"));
-        let commands: [(&str, &Counters); 6] = [
-            ("fixed", &FIXED),
-            ("sliding", &SLIDING),
-            ("token", &TOKEN),
-            ("leaky", &LEAKY),
-            ("all", &ALL),
-            ("cl_throttle", &CELL),
+        let commands: [(&CStr, &Counters); 6] = [
+            (c"fixed", &FIXED),
+            (c"sliding", &SLIDING),
+            (c"token", &TOKEN),
+            (c"leaky", &LEAKY),
+            (c"all", &ALL),
+            (c"cl_throttle", &CELL),
         ];
         for (name, counters) in commands {
-            let Ok(name) = CString::new(name) else { continue };
             begin(ctx, name.as_ptr());
-            for (i, counter) in COUNTER_NAMES.iter().enumerate() {
-                let Ok(counter) = CString::new(*counter) else { continue };
-                let value = counters.0.get(i).map_or(0, |c| c.load(Ordering::Relaxed));
-                field(ctx, counter.as_ptr(), value);
+            for (counter, value) in COUNTER_NAMES.iter().zip(&counters.0) {
+                field(ctx, counter.as_ptr(), value.load(Ordering::Relaxed));
             }
             end(ctx);
         }
-        field(ctx, super::ffi::cstr!("waiting_clients"), super::block::waiting() as u64);
-    });
+        for (name, value) in extra {
+            field(ctx, name.as_ptr(), *value);
+        }
+    }
 }

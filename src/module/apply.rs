@@ -1,0 +1,215 @@
+//! One call on one key, for a command handler and a served waiter alike:
+//! run the algorithm and, only when the state changed, settle the key (its
+//! TTL, or its deletion once idle), tell the server (`WATCH`, client-side
+//! caching, keyspace notifications) and propagate the effect.
+//!
+//! Whether the server accepts a write at all is decided before: by Redis
+//! for a command, by [`super::gate`] for a waiter served later.
+
+use std::ffi::c_char;
+
+use redis_module::raw;
+
+use super::ffi::{cstr, Ctx, Key, RString, Slot};
+use super::propagation::{self, decimal, signed_decimal};
+use super::reply::CommandError;
+use super::types::Stored;
+use crate::args::{Algorithm, Call};
+use crate::limiter::{Decision, FixedWindow, LeakyBucket, SlidingLog, SlidingWindow, TokenBucket};
+
+/// Who runs the call: a command handler has the client's own command at
+/// hand (and its context's flags), a served waiter does not.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Origin {
+    Handler { context_flags: u32 },
+    Waiter,
+}
+
+/// What one call did to its key.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Outcome {
+    pub decision: Decision,
+    /// The key's state changed: it was settled and must be propagated.
+    pub changed: bool,
+}
+
+/// Apply changes the key; DryRun answers what Apply would, changing nothing.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    Apply,
+    DryRun,
+}
+
+/// Runs one call on the key and, when the state changed, settles the key
+/// and propagates the call with its time.
+pub(crate) fn execute(
+    ctx: Ctx,
+    key_name: RString,
+    algorithm: Algorithm,
+    call: &Call,
+    now_us: u64,
+    origin: Origin,
+) -> Result<Outcome, CommandError> {
+    let mut key = Key::open(ctx, key_name);
+    let outcome = run_on_key(&mut key, algorithm, call, now_us, Mode::Apply)?;
+    if outcome.changed {
+        let now_ms = server_now_ms(call, now_us);
+        settle(&mut key, algorithm, &outcome, call, now_ms);
+        drop(key);
+        let full = || propagate(ctx, key_name, algorithm, call, now_us, now_ms);
+        match origin {
+            Origin::Handler { context_flags } => propagation::send(ctx, context_flags, full),
+            Origin::Waiter => full(),
+        }
+    }
+    Ok(outcome)
+}
+
+/// What the call would answer now, changing nothing (the key is only read).
+pub(crate) fn dry_run(ctx: Ctx, key_name: RString, algorithm: Algorithm, call: &Call, now_us: u64) -> Result<Decision, CommandError> {
+    let mut key = Key::open_read(ctx, key_name);
+    run_on_key(&mut key, algorithm, call, now_us, Mode::DryRun).map(|o| o.decision)
+}
+
+/// The server's clock in ms for a call at `now_us`: that time itself when
+/// the call runs on the server's clock (no second reading), else the clock.
+pub(crate) fn server_now_ms(call: &Call, now_us: u64) -> u64 {
+    match call.at_us {
+        None => now_us / 1000,
+        Some(_) => super::clock::now_us() / 1000,
+    }
+}
+
+/// After a change: the key expires when it is idle again, `reset_after`
+/// after the call (after the master's call, for a propagated one), and an
+/// idle key is deleted. Every change sets the expiry, so one taken away
+/// (PERSIST, a RESTORE without TTL) comes back with the next change. Then
+/// the server hears of the change: `throttle.<algorithm>`, and `del` for a
+/// deletion.
+pub(crate) fn settle(key: &mut Key, algorithm: Algorithm, outcome: &Outcome, call: &Call, now_ms: u64) {
+    let reset_after_ms = outcome.decision.reset_after_ms;
+    let deleted = reset_after_ms == 0;
+    if deleted {
+        key.delete();
+    } else {
+        let ttl_ms = match call.ttl_from_ms {
+            Some(from_ms) => (from_ms + reset_after_ms).saturating_sub(now_ms),
+            None => reset_after_ms,
+        };
+        key.set_expire_ms(ttl_ms);
+    }
+    key.changed(event_name(algorithm), deleted);
+}
+
+/// The keyspace event of a change made by `algorithm`'s command.
+fn event_name(algorithm: Algorithm) -> *const c_char {
+    match algorithm {
+        Algorithm::Fixed => cstr!("throttle.fixed"),
+        Algorithm::Sliding => cstr!("throttle.sliding"),
+        Algorithm::Token => cstr!("throttle.token"),
+        Algorithm::Leaky => cstr!("throttle.leaky"),
+    }
+}
+
+pub(crate) fn run_on_key(
+    key: &mut Key,
+    algorithm: Algorithm,
+    call: &Call,
+    now_us: u64,
+    mode: Mode,
+) -> Result<Outcome, CommandError> {
+    match (algorithm, call.exact) {
+        (Algorithm::Fixed, _) => run::<FixedWindow>(key, call, now_us, mode),
+        (Algorithm::Sliding, false) => run::<SlidingWindow>(key, call, now_us, mode),
+        (Algorithm::Sliding, true) => run::<SlidingLog>(key, call, now_us, mode),
+        (Algorithm::Token, _) => run::<TokenBucket>(key, call, now_us, mode),
+        (Algorithm::Leaky, _) => run::<LeakyBucket>(key, call, now_us, mode),
+    }
+}
+
+fn run<T: Stored>(key: &mut Key, call: &Call, now_us: u64, mode: Mode) -> Result<Outcome, CommandError> {
+    let units = call.cost.unsigned_abs();
+    let step = |state: &mut T| {
+        if call.cost < 0 {
+            state.refund(&call.params, units, now_us)
+        } else {
+            state.acquire(&call.params, units, now_us)
+        }
+    };
+    let outcome = match (key.slot::<T>(T::redis_type()), mode) {
+        (Slot::Other, _) => return Err(CommandError::WrongType),
+        (Slot::Mine(state), Mode::Apply) => {
+            let decision = step(state);
+            let changed = call.cost < 0 || (decision.allowed && call.cost > 0);
+            Outcome { decision, changed }
+        }
+        (Slot::Mine(state), Mode::DryRun) => {
+            let decision = if call.cost < 0 { step(&mut state.clone()) } else { state.check(&call.params, units, now_us) };
+            Outcome { decision, changed: false }
+        }
+        (Slot::Empty, _) => {
+            // A refund or a peek on a missing key finds it idle and leaves
+            // it missing; an admitted call creates it.
+            let mut state = T::default();
+            let decision = step(&mut state);
+            let changed = mode == Mode::Apply && call.cost > 0 && decision.allowed;
+            if changed {
+                key.set(T::redis_type(), state);
+            }
+            Outcome { decision, changed }
+        }
+    };
+    Ok(outcome)
+}
+
+/// Replicas and the AOF get the call with its time fixed, so they compute
+/// exactly the master's state, and with the master's clock, so the key
+/// expires at the same instant: `CMD key limit <period>ms COST n AT t
+/// TTLFROM ms [BURST b] [EXACT]`. Keywords are strings made at load and
+/// numbers are written on the stack: Redis would allocate twice for each
+/// `l` argument and once for each C string.
+pub(crate) fn propagate(ctx: Ctx, key: RString, algorithm: Algorithm, call: &Call, now_us: u64, now_ms: u64) {
+    // SAFETY: reading a function pointer Redis set at load time.
+    let (Some(replicate), Some(word)) = (unsafe { raw::RedisModule_Replicate }, propagation::keywords()) else {
+        return;
+    };
+    let name = command_cstr(algorithm);
+    let mut buffers = [[0u8; 24]; 6];
+    let [limit, period, cost, at, ttl_from, burst] = &mut buffers;
+    let text = |b: &[u8]| (b.as_ptr().cast::<c_char>(), b.len());
+    let limit = text(decimal(call.params.limit(), b"", limit));
+    let period = text(decimal(call.params.period_us() / 1000, b"ms", period));
+    let cost = text(signed_decimal(call.cost, cost));
+    let at = text(decimal(now_us, b"", at));
+    let ttl_from = text(decimal(call.ttl_from_ms.unwrap_or(now_ms), b"", ttl_from));
+    // SAFETY: each format letter matches its argument: s = RedisModuleString,
+    // b = buffer and length; the buffers outlive the call.
+    unsafe {
+        match algorithm {
+            Algorithm::Fixed | Algorithm::Sliding if !call.exact => replicate(
+                ctx, name, cstr!("sbbsbsbsb"), key, limit.0, limit.1, period.0, period.1, word.cost, cost.0, cost.1,
+                word.at, at.0, at.1, word.ttl_from, ttl_from.0, ttl_from.1,
+            ),
+            Algorithm::Fixed | Algorithm::Sliding => replicate(
+                ctx, name, cstr!("sbbsbsbsbs"), key, limit.0, limit.1, period.0, period.1, word.cost, cost.0, cost.1,
+                word.at, at.0, at.1, word.ttl_from, ttl_from.0, ttl_from.1, word.exact,
+            ),
+            Algorithm::Token | Algorithm::Leaky => {
+                let burst = text(decimal(call.params.burst(), b"", burst));
+                replicate(
+                    ctx, name, cstr!("sbbsbsbsbsb"), key, limit.0, limit.1, period.0, period.1, word.cost, cost.0,
+                    cost.1, word.at, at.0, at.1, word.ttl_from, ttl_from.0, ttl_from.1, word.burst, burst.0, burst.1,
+                )
+            }
+        };
+    }
+}
+
+fn command_cstr(algorithm: Algorithm) -> *const c_char {
+    match algorithm {
+        Algorithm::Fixed => cstr!("THROTTLE.FIXED"),
+        Algorithm::Sliding => cstr!("THROTTLE.SLIDING"),
+        Algorithm::Token => cstr!("THROTTLE.TOKEN"),
+        Algorithm::Leaky => cstr!("THROTTLE.LEAKY"),
+    }
+}
