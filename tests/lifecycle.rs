@@ -473,3 +473,106 @@ fn the_throttle_category_leaves_out_internal_commands() {
     let e = error(&mut user, "THROTTLE._LOAD api:1 thr-fixed 1 1 1 1 1 1000000");
     assert!(e.starts_with("NOPERM"), "{e}");
 }
+
+// ---------------------------------------------------------------------------
+// 9. SLIDING EXACT memory, 10. BLOCK at scale
+// ---------------------------------------------------------------------------
+
+/// A SLIDING EXACT log gives its memory back as its entries leave the
+/// window (it once kept its peak capacity for good).
+#[test]
+fn a_drained_exact_log_gives_its_memory_back() {
+    let server = Server::start();
+    let mut c = open(&server.url());
+    let t = 1_700_000_000_000_000u64;
+    let entries = 100_000u64;
+    let mut pipe = redis::pipe();
+    for i in 0..entries {
+        pipe.cmd("THROTTLE.SLIDING").arg("e").arg(entries).arg("10s").arg("EXACT").arg("AT").arg(t + i).ignore();
+    }
+    let _: () = pipe.query(&mut c).expect("pipeline");
+    let memory = |c: &mut redis::Connection| call::<i64>(c, "MEMORY USAGE e").expect("MEMORY USAGE");
+    let full = memory(&mut c);
+    assert!(full >= 8 * entries as i64, "{entries} entries in {full} bytes");
+    // All of them have left the window: the log holds the new call only.
+    let got = throttle(&mut c, &format!("THROTTLE.SLIDING e {entries} 10s EXACT AT {}", t + 20_000_000));
+    assert_eq!((got.0, got.2), (1, entries as i64 - 1));
+    let drained = memory(&mut c);
+    assert!(drained < 1024, "a one-entry log still takes {drained} bytes (it took {full})");
+}
+
+/// Caps on waiters, per key and in total, are module settings; a `BLOCK`
+/// call over one answers at once as if it had no `BLOCK`, and is counted.
+#[test]
+fn waiters_over_a_cap_answer_at_once_and_are_counted() {
+    let server = Server::start_with(&["--throttle.max-waiters", "5"]);
+    let mut c = open(&server.url());
+    let config = |c: &mut redis::Connection, name: &str| -> String {
+        let v: Vec<String> = call(c, &format!("CONFIG GET throttle.{name}")).expect("CONFIG GET");
+        v.get(1).cloned().unwrap_or_default()
+    };
+    assert_eq!(config(&mut c, "max-waiters-per-key"), "1000");
+    assert_eq!(config(&mut c, "max-waiters"), "5", "set from the server's configuration");
+    let over_cap = |c: &mut redis::Connection| {
+        let line = info_value(c, "throttle", "throttle_fixed").unwrap_or_default();
+        line.split(',').find_map(|f| f.strip_prefix("over_cap=")).and_then(|v| v.parse::<i64>().ok()).unwrap_or(-1)
+    };
+    assert_eq!(over_cap(&mut c), 0);
+
+    let _: () = call(&mut c, "CONFIG SET throttle.max-waiters-per-key 2").expect("CONFIG SET");
+    let first = waiter_on(&server, &mut c, MINUTE_LIMIT, 30_000);
+    let second = Waiter::queued(&server.url(), &mut c, &format!("{MINUTE_LIMIT} BLOCK 30000"), 2);
+    let started = Instant::now();
+    let third = throttle(&mut c, &format!("{MINUTE_LIMIT} BLOCK 30000"));
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert_eq!((third.0, third.1, third.2), (0, 1, 0), "the limited reply");
+    assert!(third.3 > 0);
+    assert_eq!(over_cap(&mut c), 1);
+
+    // The total: 2 wait on k, 3 more fit anywhere.
+    let _: () = call(&mut c, "CONFIG SET throttle.max-waiters-per-key 100").expect("CONFIG SET");
+    let more: Vec<Waiter> = (0..3)
+        .map(|i| {
+            let key = format!("THROTTLE.FIXED other{i} 1 60s");
+            assert_eq!(throttle(&mut c, &key).0, 1);
+            Waiter::queued(&server.url(), &mut c, &format!("{key} BLOCK 30000"), 3 + i)
+        })
+        .collect();
+    assert_eq!(throttle(&mut c, "THROTTLE.FIXED other9 1 60s").0, 1);
+    assert_eq!(throttle(&mut c, "THROTTLE.FIXED other9 1 60s BLOCK 30000").0, 0);
+    assert_eq!((over_cap(&mut c), waiting(&mut c)), (2, 5));
+
+    let e = error(&mut c, "CONFIG SET throttle.max-waiters -1");
+    assert!(e.starts_with("ERR"), "{e}");
+    // FLUSHALL releases them: each key admits one call a minute.
+    for waiters in [std::iter::once(first).chain(more).collect::<Vec<_>>(), vec![second]] {
+        let _: () = call(&mut c, "FLUSHALL").expect("FLUSHALL");
+        for w in waiters {
+            assert_eq!(w.reply().0 .0, 1, "released by FLUSHALL and admitted");
+        }
+    }
+    assert_eq!(waiting(&mut c), 0);
+}
+
+/// A waiter's `BLOCK` time runs on a monotonic clock: a step of the wall
+/// clock (an operator's `date -s`, an NTP jump) neither stretches nor cuts
+/// it. The debug build's `THROTTLE._CLOCK` steps the module's wall clock.
+#[test]
+fn a_wall_clock_step_neither_stretches_nor_cuts_a_wait() {
+    let module = common::debug_module();
+    let server = Server::start_with_module(&module, &[]);
+    let mut c = open(&server.url());
+    let hour_us: i64 = 3_600_000_000;
+    for step in [-hour_us, hour_us] {
+        let _: () = call(&mut c, "FLUSHALL").expect("FLUSHALL");
+        let _: () = call(&mut c, "THROTTLE._CLOCK 0").expect("clock");
+        let blocked = Instant::now();
+        let waiter = waiter_on(&server, &mut c, MINUTE_LIMIT, 1500);
+        let _: () = call(&mut c, &format!("THROTTLE._CLOCK {step}")).expect("clock");
+        let (_, at) = waiter.result();
+        let waited = at.duration_since(blocked);
+        assert!(waited >= Duration::from_millis(1400), "step {step}: answered after {waited:?} of BLOCK 1500");
+        assert!(waited < Duration::from_millis(3500), "step {step}: answered after {waited:?} of BLOCK 1500");
+    }
+    let _: () = call(&mut c, "THROTTLE._CLOCK 0").expect("clock");
+}

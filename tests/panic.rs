@@ -8,33 +8,9 @@
 
 mod common;
 
-use std::path::PathBuf;
-use std::process::Command;
-
-use common::{call, error, throttle, Server};
+use common::{call, debug_module, error, throttle, Server};
 
 const INTERNAL: &str = "internal error in the throttle module";
-
-/// The debug build of the module, built now if needed (a no-op when it is
-/// up to date).
-fn debug_module() -> PathBuf {
-    if let Ok(path) = std::env::var("THROTTLE_DEBUG_MODULE") {
-        return PathBuf::from(path);
-    }
-    let manifest = env!("CARGO_MANIFEST_DIR");
-    let target = std::env::var("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|_| PathBuf::from(manifest).join("target"));
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(cargo)
-        .args(["build", "--lib", "--manifest-path"])
-        .arg(PathBuf::from(manifest).join("Cargo.toml"))
-        .env("CARGO_TARGET_DIR", &target)
-        .status()
-        .expect("run cargo build for the debug module");
-    assert!(status.success(), "cargo build (debug module) failed: {status}");
-    let path = target.join("debug/libredis_throttle.so");
-    assert!(path.exists(), "{} missing after cargo build", path.display());
-    path
-}
 
 fn alive(server: &mut Server, c: &mut redis::Connection) {
     let pong: String = call(c, "PING").unwrap_or_else(|e| panic!("PING: {e}; log:\n{}", server.log()));

@@ -4,9 +4,19 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 /// The server's wall clock in Unix microseconds: Redis 7.0 offers only
 /// milliseconds to modules, and the algorithms are exact to the µs.
 pub(crate) fn now_us() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
+    #[cfg(debug_assertions)]
+    let now = now.saturating_add_signed(WALL_OFFSET_US.load(std::sync::atomic::Ordering::Relaxed));
+    now
+}
+
+/// Debug builds only: a step added to the wall clock (`THROTTLE._CLOCK`).
+#[cfg(debug_assertions)]
+static WALL_OFFSET_US: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+
+#[cfg(debug_assertions)]
+pub(crate) fn set_wall_offset_us(offset: i64) {
+    WALL_OFFSET_US.store(offset, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// Microseconds on a monotonic clock (since the module's first reading):

@@ -86,6 +86,23 @@ fn panic_command(ctx: Ctx, args: &[RString]) {
 #[cfg(debug_assertions)]
 handler!(panic_cmd, panic_command);
 
+/// Debug builds only: `THROTTLE._CLOCK offset_µs` shifts the module's wall
+/// clock (never its monotonic one), so tests can step it as an operator's
+/// `date -s` or an NTP jump would.
+#[cfg(debug_assertions)]
+fn clock_command(ctx: Ctx, args: &[RString]) {
+    let offset = args.get(1).and_then(|a| std::str::from_utf8(ffi::bytes(*a)).ok()?.parse::<i64>().ok());
+    match offset {
+        Some(offset) => {
+            clock::set_wall_offset_us(offset);
+            ffi::reply_simple_ok(ctx)
+        }
+        None => ffi::reply_error(ctx, "ERR THROTTLE._CLOCK takes an offset in microseconds"),
+    }
+}
+#[cfg(debug_assertions)]
+handler!(clock_cmd, clock_command);
+
 type Handler = extern "C" fn(Ctx, *mut RString, c_int) -> c_int;
 
 struct Command {
@@ -194,18 +211,32 @@ static COMMANDS: &[Command] = &[
 ];
 
 #[cfg(debug_assertions)]
-static DEBUG_PANIC: Command = Command {
-    doc: CommandDoc {
-        name: "THROTTLE._PANIC",
-        summary: "Debug builds only: panics, to test that a panic is contained.",
-        complexity: "O(1)",
-        arity: -1,
-        args: &[],
-        key_flags: None,
+static DEBUG_COMMANDS: &[Command] = &[
+    Command {
+        doc: CommandDoc {
+            name: "THROTTLE._PANIC",
+            summary: "Debug builds only: panics, to test that a panic is contained.",
+            complexity: "O(1)",
+            arity: -1,
+            args: &[],
+            key_flags: None,
+        },
+        handler: panic_cmd,
+        flags: "",
     },
-    handler: panic_cmd,
-    flags: "",
-};
+    Command {
+        doc: CommandDoc {
+            name: "THROTTLE._CLOCK",
+            summary: "Debug builds only: shifts the module's wall clock, to test a clock step.",
+            complexity: "O(1)",
+            arity: 2,
+            args: &[],
+            key_flags: None,
+        },
+        handler: clock_cmd,
+        flags: "",
+    },
+];
 
 fn register(ctx: Ctx, command: &Command) -> bool {
     let (Ok(name), Ok(flags)) = (CString::new(command.doc.name), CString::new(command.flags)) else {
@@ -320,7 +351,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         return Status::Err;
     }
     #[cfg(debug_assertions)]
-    if !register(ctx.ctx, &DEBUG_PANIC) {
+    if !DEBUG_COMMANDS.iter().all(|command| register(ctx.ctx, command)) {
         return Status::Err;
     }
     if !events::subscribe(ctx.ctx) {

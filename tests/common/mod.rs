@@ -21,6 +21,28 @@ pub fn module_path() -> PathBuf {
     path
 }
 
+/// The debug build of the module (it has the test commands
+/// `THROTTLE._PANIC` and `THROTTLE._CLOCK`), built now if needed (a no-op
+/// when it is up to date), or `THROTTLE_DEBUG_MODULE`.
+pub fn debug_module() -> PathBuf {
+    if let Ok(path) = std::env::var("THROTTLE_DEBUG_MODULE") {
+        return PathBuf::from(path);
+    }
+    let manifest = env!("CARGO_MANIFEST_DIR");
+    let target = std::env::var("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|_| PathBuf::from(manifest).join("target"));
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(cargo)
+        .args(["build", "--lib", "--manifest-path"])
+        .arg(PathBuf::from(manifest).join("Cargo.toml"))
+        .env("CARGO_TARGET_DIR", &target)
+        .status()
+        .expect("run cargo build for the debug module");
+    assert!(status.success(), "cargo build (debug module) failed: {status}");
+    let path = target.join("debug/libredis_throttle.so");
+    assert!(path.exists(), "{} missing after cargo build", path.display());
+    path
+}
+
 /// `THROTTLE_SERVER_WRAPPER`: a command line that runs the server, e.g.
 /// `valgrind --leak-check=full --log-file=/tmp/vg-%p.log` (split on
 /// whitespace); `THROTTLE_REDIS_SERVER`: the server binary (default
