@@ -47,6 +47,26 @@ final class RedisServer
         }
     }
 
+    /**
+     * A Redis Cluster of one node that serves every slot: cluster clients,
+     * MOVED-free routing, and CROSSSLOT checks for multi-key commands.
+     */
+    public static function singleNodeCluster(): self
+    {
+        $server = new self(['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-announce-ip', '127.0.0.1']);
+        $redis = $server->client();
+        $redis->rawCommand('CLUSTER', 'ADDSLOTSRANGE', '0', '16383');
+        // A new master reports the cluster ok about 2 s after it starts.
+        $deadline = microtime(true) + 10;
+        while (!str_contains($redis->rawCommand('CLUSTER', 'INFO'), 'cluster_state:ok')) {
+            if (microtime(true) > $deadline) {
+                throw new RuntimeException('the one-node cluster did not reach cluster_state:ok');
+            }
+            usleep(20_000);
+        }
+        return $server;
+    }
+
     /** A port the kernel just handed out for 127.0.0.1, never 6379. */
     private static function freePort(): int
     {

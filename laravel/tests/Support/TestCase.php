@@ -48,6 +48,11 @@ abstract class TestCase extends \PHPUnit\Framework\TestCase
     {
         Carbon::setTestNow();
         Facade::clearResolvedInstances();
+        $this->stopServer();
+    }
+
+    protected function stopServer(): void
+    {
         $this->server->stop();
     }
 
