@@ -110,10 +110,19 @@ final class RedisServer
         return $redis;
     }
 
-    /** TYPE of a key (phpredis answers status replies of raw commands with true). */
+    /**
+     * A command's reply with status replies as strings (phpredis answers
+     * them with true in raw commands): `command('TYPE', $key)`.
+     */
+    public function command(string ...$args): mixed
+    {
+        $reply = (new \Predis\Client(['host' => '127.0.0.1', 'port' => $this->port]))->executeRaw($args);
+        return is_array($reply) ? array_map(fn ($item) => is_object($item) ? (string) $item : $item, $reply) : $reply;
+    }
+
     public function type(string $key): string
     {
-        return (string) (new \Predis\Client(['host' => '127.0.0.1', 'port' => $this->port]))->type($key);
+        return $this->command('TYPE', $key);
     }
 
     public function stop(): void
