@@ -161,6 +161,28 @@ final class SideBySideTest extends TestCase
     }
 
     /**
+     * Retry-After with several limits: Laravel gives the first refusing
+     * limit's; the package when every limit admits again.
+     */
+    public function testRetryAfterWithSeveralLimits(): void
+    {
+        $router = $this->app()['router'];
+        $router->aliasMiddleware('throttle.redis', ThrottleRequestsWithRedis::class);
+        $router->get('/laravel', fn () => 'ok')->middleware('throttle.redis:reports');
+        $router->get('/native', fn () => 'ok')->middleware('throttle.native:reports');
+        RateLimiter::for('reports', fn () => [Limit::perMinute(1)->by('minute'), Limit::perHour(1)->by('hour')]);
+        $this->setClock(0);
+        $this->get('/laravel');
+        $this->get('/native');
+        $this->setClock(30);
+        $this->assertSame(
+            ['laravel' => [429, '1', '30'], 'native' => [429, '1', '3570']],
+            array_map(fn ($response) => [$response->getStatusCode(), $response->headers->get('X-RateLimit-Limit'), $response->headers->get('Retry-After')],
+                ['laravel' => $this->get('/laravel'), 'native' => $this->get('/native')]),
+        );
+    }
+
+    /**
      * On the real clock, with no test now: the same four requests within
      * milliseconds agree on everything but Retry-After, which the module
      * rounds up from its exact window end (60 s) where Laravel subtracts
