@@ -60,6 +60,10 @@ final class NamedLimiterTest extends TestCase
         // Alice's refused requests take nothing from the shared limit, so Bob
         // still gets its third unit.
         $this->assertSame([200, 200, 429, 429, 200, 429], $statuses);
+        // One THROTTLE.ALL per request, no other THROTTLE command.
+        $stats = $this->server->client()->rawCommand('INFO', 'throttle');
+        $this->assertStringContainsString('throttle_all:calls=6,admitted=3,limited=3', $stats);
+        $this->assertStringContainsString('throttle_fixed:calls=0,', $stats);
         $this->assertSame(0, $this->server->client()->rawCommand('THROTTLE.FIXED', 'throttle:{uploads}:' . md5('uploads'), 3, 60, 'COST', 0, 'AT', self::T0 * 1_000_000)[2]);
 
         // The headers show the tighter limit; a 429 names the first limit that refused.
