@@ -52,25 +52,18 @@ final class Limiter
     }
 
     /**
-     * One limit: `THROTTLE.<ALG> key limit <period>ms [COST n] [BLOCK ms] [AT µs]`.
+     * One limit: `THROTTLE.<ALG> key limit <period>ms [COST n] [AT µs] [BLOCK ms]`.
      * $blockMs > 0 waits on the server up to that long for the call to be admitted.
      */
     public function attempt(string $key, string $algorithm, int $limit, int $periodMs, int $cost = 1, int $blockMs = 0): Reply
     {
-        self::checkAlgorithm($algorithm, 'algorithm');
-        [$type, $flags] = self::words($algorithm);
-        $key = $this->key($key);
-        $args = ["THROTTLE.$type", $key, $limit, "{$periodMs}ms", ...$flags];
-        if ($cost !== 1) {
-            array_push($args, 'COST', $cost);
-        }
+        $spec = $this->spec($key, $algorithm, $limit, $periodMs);
+        $type = array_shift($spec); // $spec: key, limit, period, flags
+        $args = ["THROTTLE.$type", ...$spec, ...self::options($cost)];
         if ($blockMs > 0) {
             array_push($args, 'BLOCK', $blockMs);
         }
-        if (($at = self::testNowMicros()) !== null) {
-            array_push($args, 'AT', $at);
-        }
-        return Reply::fromArray($this->send($args, $key));
+        return Reply::fromArray($this->send($args, $spec[0]));
     }
 
     /**
@@ -88,30 +81,27 @@ final class Limiter
             $reply = $this->attempt($key, $algorithm, $limit, $periodMs, $cost);
             return [$reply->allowed, [$reply]];
         }
-        $args = ['THROTTLE.ALL'];
-        if ($cost !== 1) {
-            array_push($args, 'COST', $cost);
-        }
-        if (($at = self::testNowMicros()) !== null) {
-            array_push($args, 'AT', $at);
-        }
-        $firstKey = null;
-        foreach ($limits as [$key, $algorithm, $limit, $periodMs]) {
-            self::checkAlgorithm($algorithm, 'algorithm');
-            [$type, $flags] = self::words($algorithm);
-            $key = $this->key($key);
-            $firstKey ??= $key;
-            array_push($args, $type, $key, $limit, "{$periodMs}ms", ...$flags);
-        }
-        $reply = $this->send($args, $firstKey);
+        $specs = array_map(fn (array $limit) => $this->spec(...$limit), $limits);
+        $reply = $this->send(['THROTTLE.ALL', ...self::options($cost), ...array_merge(...$specs)], $specs[0][1]);
         return [(int) $reply[0] === 1, array_map([Reply::class, 'fromArray'], array_slice($reply, 1))];
     }
 
-    /** @return array{0: string, 1: list<string>} the command's type word and its flags */
-    private static function words(string $algorithm): array
+    /** A limit as THROTTLE.ALL takes it, `TYPE key limit <period>ms [EXACT]`, with the key as stored. */
+    private function spec(string $key, string $algorithm, int $limit, int $periodMs): array
     {
+        self::checkAlgorithm($algorithm, 'algorithm');
         $words = self::ALGORITHMS[$algorithm];
-        return [$words[0], array_slice($words, 1)];
+        return [$words[0], $this->key($key), $limit, "{$periodMs}ms", ...array_slice($words, 1)];
+    }
+
+    /** `COST n` unless it is 1, and `AT µs` while Carbon has a test now. */
+    private static function options(int $cost): array
+    {
+        $options = $cost === 1 ? [] : ['COST', $cost];
+        if (Carbon::hasTestNow()) {
+            array_push($options, 'AT', (int) Carbon::now()->format('Uu'));
+        }
+        return $options;
     }
 
     /** The key as stored: connection prefix, package prefix, key. */
@@ -144,11 +134,6 @@ final class Limiter
             throw new RuntimeException("{$args[0]} failed: $error");
         }
         return $reply;
-    }
-
-    private static function testNowMicros(): ?int
-    {
-        return Carbon::hasTestNow() ? (int) Carbon::now()->format('Uu') : null;
     }
 
     /**
