@@ -128,5 +128,5 @@ test-laravel: build
 	    echo "install them with: sudo apt-get install -y$$missing"; exit 1; \
 	  fi; \
 	fi
-	cd laravel && COMPOSER_ALLOW_SUPERUSER=1 composer validate --strict --no-check-publish --no-check-lock
+	cd laravel && HOME="$${HOME:-/tmp}" COMPOSER_ALLOW_SUPERUSER=1 composer validate --strict --no-check-publish --no-check-lock
 	cd laravel && THROTTLE_MODULE=$(abspath $(BUILT_SO)) phpunit
