@@ -39,6 +39,7 @@ final class RedisServer
             if ($this->waitUntilReady()) {
                 return;
             }
+            proc_terminate($this->process, 9); // if it is still starting
             proc_close($this->process);
             if ($attempt === 5) {
                 $log = @file_get_contents($this->dir . '/redis.log');
