@@ -38,6 +38,7 @@ run: build
 test: build
 	$(CARGO) test --all-targets
 	@$(MAKE) --no-print-directory valgrind-short
+	@$(MAKE) --no-print-directory test-laravel
 
 # Benchmarks: criterion micro-benchmarks, then redis-benchmark against INCR
 # and the Lua scripts it replaces; writes bench/results.md and bench/chart.svg.
@@ -108,3 +109,24 @@ valgrind: build
 
 valgrind-short: build
 	@VALGRIND_TESTS="smoke commands persistence" scripts/valgrind.sh
+
+# make test-laravel  the Laravel package (laravel/): composer validate, then its
+# PHPUnit suite against the freshly built module, on Debian's Laravel 8.83.
+# Installs the Debian packages it needs when missing (as root).
+.PHONY: test-laravel
+PHP_APT_PACKAGES := php-cli php-redis php-laravel-framework phpunit php-nrk-predis composer
+
+test-laravel: build
+	@missing=""; \
+	for p in $(PHP_APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	  else \
+	    echo "missing Debian packages:$$missing"; \
+	    echo "install them with: sudo apt-get install -y$$missing"; exit 1; \
+	  fi; \
+	fi
+	cd laravel && HOME="$${HOME:-/tmp}" COMPOSER_ALLOW_SUPERUSER=1 composer validate --strict --no-check-publish --no-check-lock
+	cd laravel && THROTTLE_MODULE=$(abspath $(BUILT_SO)) phpunit

@@ -1,0 +1,102 @@
+<?php
+
+declare(strict_types=1);
+
+namespace RedisThrottle\Laravel\Tests;
+
+use Illuminate\Auth\GenericUser;
+use Illuminate\Cache\RateLimiting\Limit;
+use Illuminate\Http\Request;
+use Illuminate\Support\Facades\RateLimiter;
+use Illuminate\Support\Facades\Redis;
+use RedisThrottle\Laravel\Limiter;
+use RedisThrottle\Laravel\Tests\Support\RedisServer;
+use RedisThrottle\Laravel\Tests\Support\TestCase;
+use RuntimeException;
+
+/**
+ * Laravel's Redis Cluster connections (phpredis RedisCluster, Predis with
+ * `cluster => redis`) on a one-node cluster, which enforces CROSSSLOT like
+ * any cluster. One node serves the whole class: a cluster takes ~2 s to start.
+ */
+final class ClusterTest extends TestCase
+{
+    private static RedisServer $cluster;
+
+    public static function setUpBeforeClass(): void
+    {
+        self::$cluster = RedisServer::singleNodeCluster();
+    }
+
+    public static function tearDownAfterClass(): void
+    {
+        self::$cluster->stop();
+    }
+
+    protected function startServer(): RedisServer
+    {
+        self::$cluster->client()->flushAll();
+        return self::$cluster;
+    }
+
+    protected function stopServer(): void
+    {
+    }
+
+    private function clusterApp(string $client): void
+    {
+        $this->app($client, [], [
+            'options' => ['cluster' => 'redis', 'prefix' => 'app_'],
+            'default' => null,
+            'clusters' => ['default' => [['host' => '127.0.0.1', 'port' => $this->server->port, 'read_timeout' => 30]]],
+        ]);
+    }
+
+    /** @dataProvider clients */
+    public function testMiddlewareAndBuilder(string $client): void
+    {
+        $this->clusterApp($client);
+        $this->app['router']->get('/x', fn () => 'ok')->middleware('throttle.native:2,1');
+        $this->setClock(0);
+        $this->assertSame([200, 200, 429], [$this->get('/x')->getStatusCode(), $this->get('/x')->getStatusCode(), $this->get('/x')->getStatusCode()]);
+        $this->assertSame('thr-fixed', $this->server->type('app_throttle:' . sha1('|127.0.0.1')));
+
+        $this->assertSame(['ran', 'limited'], [
+            Redis::throttleNative('job')->allow(1)->every(5)->block(0)->then(fn () => 'ran', fn () => 'limited'),
+            Redis::throttleNative('job')->allow(1)->every(5)->block(0)->then(fn () => 'ran', fn () => 'limited'),
+        ]);
+    }
+
+    /**
+     * A named limiter's keys share the hash tag {name}, so its several
+     * limits go in one THROTTLE.ALL on one slot.
+     *
+     * @dataProvider clients
+     */
+    public function testSeveralLimitsShareASlot(string $client): void
+    {
+        $this->clusterApp($client);
+        $this->app['router']->get('/x', fn () => 'ok')->middleware('throttle.native:api');
+        RateLimiter::for('api', fn (Request $request) => [Limit::perMinute(3), Limit::perMinute(1)->by($request->user()->id)]);
+        $this->setClock(0);
+        $statuses = [];
+        foreach ([1, 1, 2, 3, 4] as $id) {
+            $statuses[] = $this->get('/x', '127.0.0.1', new GenericUser(['id' => $id]))->getStatusCode();
+        }
+        $this->assertSame([200, 429, 200, 200, 429], $statuses);
+    }
+
+    /**
+     * Without a shared tag the cluster refuses THROTTLE.ALL; the error comes through.
+     *
+     * @dataProvider clients
+     */
+    public function testKeysOfDifferentSlotsAreRefused(string $client): void
+    {
+        $this->clusterApp($client);
+        $limiter = new Limiter(Redis::connection());
+        $this->expectException(RuntimeException::class);
+        $this->expectExceptionMessage("THROTTLE.ALL failed: CROSSSLOT Keys in request don't hash to the same slot");
+        $limiter->attemptAll([['a', 'fixed', 1, 1000], ['b', 'fixed', 1, 1000]]);
+    }
+}
