@@ -1,6 +1,6 @@
 # make run   build the module, start redis-server with it, show it working
-# make test  install what is missing, build, run every test
-.PHONY: all deps build run demo test unit integration clippy clean
+# make test  install what is missing, build, run every test on every server
+.PHONY: all deps build run demo test unit integration clippy clean servers
 
 CARGO   ?= cargo
 MODULE  := target/release/libredis_throttle.so
@@ -9,12 +9,10 @@ APT_PACKAGES := libclang-dev redis-server redis-tools
 
 all: build
 
-# Installs the Debian packages the build and the tests need, when missing.
-deps:
+# Installs the Debian packages $(1) that are missing (as root), or says how.
+define apt_install
 	@missing=""; \
-	dpkg -s libclang-dev >/dev/null 2>&1 || missing="$$missing libclang-dev"; \
-	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
-	command -v redis-cli >/dev/null 2>&1 || missing="$$missing redis-tools"; \
+	for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    echo "installing:$$missing"; \
@@ -24,6 +22,11 @@ deps:
 	    echo "install them with: sudo apt-get install -y$$missing"; exit 1; \
 	  fi; \
 	fi
+endef
+
+# The Debian packages the build and the tests need.
+deps:
+	$(call apt_install,$(APT_PACKAGES))
 
 build: deps
 	$(CARGO) build --release
@@ -33,10 +36,22 @@ build: deps
 run: build
 	@scripts/run.sh $(PORT)
 
+# The servers the tests run on besides Debian's Redis 7.0: Redis 8.2.3 and
+# Valkey 8.1.8, fetched once (pinned, hash-checked) into the build directory.
+SERVERS_DIR = $(abspath $(or $(CARGO_TARGET_DIR),target))/servers
+REDIS_8     = $(SERVERS_DIR)/redis-8.2.3/redis-server
+VALKEY_8    = $(SERVERS_DIR)/valkey-8.1.8/valkey-server
+
+servers:
+	@scripts/servers.sh $(SERVERS_DIR) >/dev/null
+
 # The module under test is the release build (what users load); the test
-# binaries themselves build in the faster debug profile.
-test: build
+# binaries themselves build in the faster debug profile. The unit tests run
+# once; every integration test runs on each server.
+test: build servers
 	$(CARGO) test --all-targets
+	THROTTLE_REDIS_SERVER=$(REDIS_8) $(CARGO) test --test '*'
+	THROTTLE_REDIS_SERVER=$(VALKEY_8) $(CARGO) test --test '*'
 	@$(MAKE) --no-print-directory valgrind-short
 	@$(MAKE) --no-print-directory test-laravel
 
@@ -117,16 +132,6 @@ valgrind-short: build
 PHP_APT_PACKAGES := php-cli php-redis php-laravel-framework phpunit php-nrk-predis composer
 
 test-laravel: build
-	@missing=""; \
-	for p in $(PHP_APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
-	if [ -n "$$missing" ]; then \
-	  if [ "$$(id -u)" = 0 ]; then \
-	    echo "installing:$$missing"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
-	  else \
-	    echo "missing Debian packages:$$missing"; \
-	    echo "install them with: sudo apt-get install -y$$missing"; exit 1; \
-	  fi; \
-	fi
+	$(call apt_install,$(PHP_APT_PACKAGES))
 	cd laravel && HOME="$${HOME:-/tmp}" COMPOSER_ALLOW_SUPERUSER=1 composer validate --strict --no-check-publish --no-check-lock
 	cd laravel && THROTTLE_MODULE=$(abspath $(BUILT_SO)) phpunit

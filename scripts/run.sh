@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Starts redis-server with the module (redis.conf.example) on a local port,
-# shows the four commands working, then stays up until Ctrl-C.
+# Starts redis-server with redis.conf.example (which loads the module) on a
+# local port, shows the four commands working, then stays up until Ctrl-C.
+# It runs from the repository root, where the example's relative loadmodule
+# path points; the example saves nothing to disk.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 port="${1:-6399}"
-dir="$(mktemp -d)"
-redis-server redis.conf.example --port "$port" --dir "$dir" --loadmodule "$PWD/target/release/libredis_throttle.so" &
+redis-server redis.conf.example --port "$port" &
 server=$!
-trap 'kill "$server" 2>/dev/null; wait "$server" 2>/dev/null; rm -rf "$dir"' EXIT INT TERM
+trap 'kill "$server" 2>/dev/null; wait "$server" 2>/dev/null' EXIT INT TERM
 for _ in $(seq 100); do redis-cli -p "$port" PING >/dev/null 2>&1 && break; sleep 0.05; done
 
 show() { printf '\n> %s\n' "$*"; redis-cli -p "$port" "$@"; }

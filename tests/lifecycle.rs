@@ -576,3 +576,35 @@ fn a_wall_clock_step_neither_stretches_nor_cuts_a_wait() {
     }
     let _: () = call(&mut c, "THROTTLE._CLOCK 0").expect("clock");
 }
+
+/// The id of the client whose last command was `command` (lower case).
+fn client_id(c: &mut redis::Connection, command: &str) -> i64 {
+    let list: String = call(c, "CLIENT LIST").expect("CLIENT LIST");
+    let list = list.to_ascii_lowercase();
+    let line = list.lines().find(|l| l.contains(&format!(" cmd={command} "))).unwrap_or_else(|| panic!("no {command} client in {list}"));
+    line.split(' ').find_map(|f| f.strip_prefix("id=")).and_then(|v| v.parse().ok()).expect("id")
+}
+
+/// `CLIENT UNBLOCK` answers a waiter as Redis answers its own blocked
+/// clients: with its reply as it stands, changing nothing (`TIMEOUT`, the
+/// default), or with Redis's `-UNBLOCKED` error (`ERROR`).
+#[test]
+fn client_unblock_answers_a_waiter() {
+    let server = Server::start();
+    let mut c = open(&server.url());
+    let waiter = waiter_on(&server, &mut c, MINUTE_LIMIT, 0);
+    let before = common::digest(&mut c, "k");
+    let id = client_id(&mut c, "throttle.fixed");
+    assert_eq!(call::<i64>(&mut c, &format!("CLIENT UNBLOCK {id}")).expect("CLIENT UNBLOCK"), 1);
+    let (got, _) = waiter.reply();
+    assert_eq!((got.0, got.1, got.2), (0, 1, 0), "the limited reply");
+    assert!(got.3 > 0 && got.4 > 0);
+    assert_eq!(common::digest(&mut c, "k"), before, "unblocking changed the key");
+    assert_eq!(waiting(&mut c), 0);
+
+    let waiter = Waiter::queued(&server.url(), &mut c, &format!("{MINUTE_LIMIT} BLOCK 0"), 1);
+    let id = client_id(&mut c, "throttle.fixed");
+    assert_eq!(call::<i64>(&mut c, &format!("CLIENT UNBLOCK {id} ERROR")).expect("CLIENT UNBLOCK"), 1);
+    assert_eq!(waiter.error().code(), Some("UNBLOCKED"));
+    assert_eq!(waiting(&mut c), 0);
+}

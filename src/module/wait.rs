@@ -65,10 +65,8 @@ struct Slot {
     answer: Option<Answer>,
 }
 
-enum Answer {
-    Decision(Decision),
-    Error(CommandError),
-}
+/// A waiter's reply: the decision, or the error a command would get.
+type Answer = Result<Decision, CommandError>;
 
 static WAITERS: Mutex<Option<Waiters<Pending>>> = Mutex::new(None);
 /// A context of the module's own, for timers set where Redis gives none
@@ -334,10 +332,7 @@ fn serve(ctx: Ctx, queue: QueueId) {
         let mut expired = 0;
         while let Some((client, pending)) = with(|w| w.first_expired(queue, now_us).map(|h| (h.client, *h.payload))) {
             let answer = match &gate {
-                Gate::Open => match apply::execute(ctx, key, pending.algorithm, &pending.call, clock::now_us(), Origin::Waiter) {
-                    Ok(o) => Answer::Decision(o.decision),
-                    Err(e) => Answer::Error(e),
-                },
+                Gate::Open => run(ctx, key, &pending),
                 _ => limited_now(ctx, key, &pending),
             };
             answer_waiter(ctx, client, pending.algorithm, answer);
@@ -368,15 +363,12 @@ fn serve(ctx: Ctx, queue: QueueId) {
 fn serve_in_order(ctx: Ctx, queue: QueueId, key: RString, gate: &Gate) -> Option<i64> {
     while let Some((client, pending)) = with(|w| w.head(queue).map(|h| (h.client, *h.payload))) {
         let answer = match gate {
-            Gate::Open => match apply::execute(ctx, key, pending.algorithm, &pending.call, clock::now_us(), Origin::Waiter) {
-                Ok(o) if !o.decision.allowed && o.decision.retry_after_ms != NEVER => {
-                    return Some(o.decision.retry_after_ms);
-                }
-                Ok(o) => Answer::Decision(o.decision),
-                Err(e) => Answer::Error(e),
+            Gate::Open => match run(ctx, key, &pending) {
+                Ok(d) if !d.allowed && d.retry_after_ms != NEVER => return Some(d.retry_after_ms),
+                answer => answer,
             },
             Gate::Closed => return Some(CLOSED_GATE_RETRY_MS),
-            Gate::Refused(e) => Answer::Error(e.clone()),
+            Gate::Refused(e) => Err(e.clone()),
         };
         answer_waiter(ctx, client, pending.algorithm, answer);
     }
@@ -389,24 +381,25 @@ fn serve_in_order(ctx: Ctx, queue: QueueId, key: RString, gate: &Gate) -> Option
 /// that would fit right now says so with `retry_after` 0.
 fn limited_now(ctx: Ctx, key: RString, pending: &Pending) -> Answer {
     let now_us = clock::now_us();
-    match apply::dry_run(ctx, key, pending.algorithm, &pending.call, now_us) {
-        Ok(d) if !d.allowed => Answer::Decision(d),
-        Ok(_) => {
-            let peek = Call { cost: 0, ..pending.call };
-            match apply::dry_run(ctx, key, pending.algorithm, &peek, now_us) {
-                Ok(d) => Answer::Decision(Decision { allowed: false, retry_after_ms: 0, ..d }),
-                Err(e) => Answer::Error(e),
-            }
-        }
-        Err(e) => Answer::Error(e),
+    let decision = apply::dry_run(ctx, key, pending.algorithm, &pending.call, now_us)?;
+    if !decision.allowed {
+        return Ok(decision);
     }
+    let peek = Call { cost: 0, ..pending.call };
+    let now = apply::dry_run(ctx, key, pending.algorithm, &peek, now_us)?;
+    Ok(Decision { allowed: false, retry_after_ms: 0, ..now })
+}
+
+/// The waiter's call, run now through the command's own path.
+fn run(ctx: Ctx, key: RString, pending: &Pending) -> Answer {
+    apply::execute(ctx, key, pending.algorithm, &pending.call, clock::now_us(), Origin::Waiter).map(|o| o.decision)
 }
 
 fn count(algorithm: Algorithm, answer: &Answer) {
     let counter = match answer {
-        Answer::Decision(d) if d.allowed => Counter::Admitted,
-        Answer::Decision(_) => Counter::TimedOut,
-        Answer::Error(_) => return,
+        Ok(d) if d.allowed => Counter::Admitted,
+        Ok(_) => Counter::TimedOut,
+        Err(_) => return,
     };
     stats::for_command(algorithm).add(counter);
 }
@@ -468,8 +461,8 @@ unsafe extern "C" fn answer_now(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_
             slot.answer = Some(unblocked_from_outside(ctx, slot as *mut Slot as ClientId, key));
         }
         match &slot.answer {
-            Some(Answer::Decision(d)) => reply::decision(ctx, ffi::context_flags(ctx), d),
-            Some(Answer::Error(e)) => e.reply(ctx),
+            Some(Ok(d)) => reply::decision(ctx, ffi::context_flags(ctx), d),
+            Some(Err(e)) => e.reply(ctx),
             None => ffi::reply_null(ctx),
         }
     }));
@@ -487,7 +480,7 @@ fn unblocked_from_outside(ctx: Ctx, client: ClientId, key: Option<RString>) -> A
             count(pending.algorithm, &answer);
             answer
         }
-        _ => Answer::Error(CommandError::Refused("UNBLOCKED the waiter was unblocked".to_string())),
+        _ => Err(CommandError::Refused("UNBLOCKED the waiter was unblocked".to_string())),
     }
 }
 
