@@ -359,6 +359,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         return Status::Err;
     }
     wait::prepare(ctx.ctx);
+    types::on_unlink(wait::key_removed);
     Status::Ok
 }
 

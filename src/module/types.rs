@@ -3,6 +3,7 @@
 //! codec and refuses what it cannot prove sound.
 
 use std::ffi::{c_int, c_void};
+use std::sync::OnceLock;
 
 use redis_module::native_types::RedisType;
 use redis_module::raw;
@@ -201,18 +202,28 @@ unsafe extern "C" fn free<T: Stored>(value: *mut c_void) {
     }
 }
 
+/// Who hears that a value of ours left its key: waiting, which sets it at
+/// load. A function pointer, so that the types need nothing of the waiting
+/// machinery that needs them.
+static ON_UNLINK: OnceLock<fn(i32, &[u8])> = OnceLock::new();
+
+pub(crate) fn on_unlink(hook: fn(i32, &[u8])) {
+    let _ = ON_UNLINK.set(hook);
+}
+
 /// A value of ours leaves its key (DEL, UNLINK, an overwrite, RENAME,
-/// MOVE, RESTORE ... REPLACE, MIGRATE, expiry, eviction): the key's
-/// waiters, if any, are served at once. Redis calls this for our types
-/// only, so other keys cost nothing.
+/// MOVE, RESTORE ... REPLACE, MIGRATE, expiry, eviction). Redis calls this
+/// for our types only, so other keys cost nothing.
 unsafe extern "C" fn unlinked(ctx: *mut raw::RedisModuleKeyOptCtx, _value: *const c_void) {
     guarded((), || {
-        let (Some(name), Some(db)) = (raw::RedisModule_GetKeyNameFromOptCtx, raw::RedisModule_GetDbIdFromOptCtx) else {
+        let (Some(hook), Some(name), Some(db)) =
+            (ON_UNLINK.get(), raw::RedisModule_GetKeyNameFromOptCtx, raw::RedisModule_GetDbIdFromOptCtx)
+        else {
             return;
         };
         let key = name(ctx);
         if !key.is_null() {
-            super::wait::key_removed(db(ctx), ffi::bytes(key.cast_mut()));
+            hook(db(ctx), ffi::bytes(key.cast_mut()));
         }
     })
 }
