@@ -17,7 +17,11 @@ Measures, each command under the same load (redis-benchmark -c 50
   * the ratios to INCR with a replica attached, and with AOF on.
 
 Python 3 standard library only. Sizes can be changed through the
-environment (see SETTINGS) for a quick trial run.
+environment (see SETTINGS) for a quick trial run; BENCH_SERVER names the
+server binary (default redis-server on PATH), BENCH_PHASES a comma-separated
+subset of the phases (main, memory, loglen, persistence, scaling), and
+BENCH_CELL the path of a redis-cell build to compare CL.THROTTLE with (its
+module is loaded next to ours, which then runs with cl-throttle no).
 """
 
 import json
@@ -50,6 +54,9 @@ SETTINGS = {
     "BENCH_NICE": -10 if os.geteuid() == 0 else 0,
 }
 CFG = {k: int(os.environ.get(k, v)) for k, v in SETTINGS.items()}
+SERVER_BINARY = os.environ.get("BENCH_SERVER", "redis-server")
+PHASES = [p for p in os.environ.get("BENCH_PHASES", "main,memory,loglen,persistence,scaling").split(",") if p]
+CELL_MODULE = os.environ.get("BENCH_CELL", "")
 
 
 def niced(args):
@@ -72,11 +79,14 @@ class Server:
         self.port = free_port()
         self.dir = os.path.join(workdir, name)
         os.makedirs(self.dir, exist_ok=True)
+        modules = ["--loadmodule", module]
+        if CELL_MODULE:
+            modules = ["--loadmodule", CELL_MODULE, "--loadmodule", module, "cl-throttle", "no"]
         args = [
-            "redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
+            SERVER_BINARY, "--port", str(self.port), "--bind", "127.0.0.1",
             "--save", "", "--appendonly", "no", "--dir", self.dir,
             "--logfile", "redis.log", "--daemonize", "no",
-            "--loadmodule", module, *extra,
+            *modules, *extra,
         ]
         # nice execs redis-server: the PID is the server's
         self.proc = subprocess.Popen(niced(args), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -192,6 +202,10 @@ INCR = Cmd("INCR", "in", "baseline", "incr", lambda key, i=None: ["INCR", key])
 # every limiter key has one.
 SET_PX = Cmd("SET key 1 PX 3600000", "st", "reference", "set",
              lambda key, i=None: ["SET", key, "1", "PX", "3600000"])
+# redis-cell, when BENCH_CELL names a build: the same quota (its burst is
+# max_burst + 1 = 1000).
+CELL = Cmd("redis-cell CL.THROTTLE", "ce", "reference", "cl.throttle",
+           lambda key, i=None: ["CL.THROTTLE", key, "999", "1000", "3600"])
 THROTTLES = [
     throttle("FIXED", "fx", "1000", "1h"),
     throttle("SLIDING", "sl", "1000", "1h"),
@@ -226,7 +240,7 @@ def log(msg):
 
 def reset(client, flush=True):
     if flush:
-        client.call("FLUSHALL")
+        client.call("FLUSHALL", "SYNC")
     client.call("CONFIG", "RESETSTAT")
 
 
@@ -280,7 +294,7 @@ def used_memory(client):
 
 def memory_per_key(server, cmd, n):
     c = server.client
-    c.call("FLUSHALL")
+    c.call("FLUSHALL", "SYNC")
     before = used_memory(c)
     pipe(server.port, cmd.populate(n, MEMORY_EXTRA.get(cmd.name, ())))
     after = used_memory(c)
@@ -295,7 +309,7 @@ def memory_per_key(server, cmd, n):
 def exact_entries(server, n_keys, calls):
     """used_memory of n_keys EXACT logs of `calls` entries each (distinct µs)."""
     c = server.client
-    c.call("FLUSHALL")
+    c.call("FLUSHALL", "SYNC")
     before = used_memory(c)
 
     def commands():
@@ -352,7 +366,7 @@ def scaling_phase(server, results):
     for c in SCALE:
         row = {}
         for keys in (CFG["BENCH_SCALE_SMALL"], CFG["BENCH_SCALE_LARGE"]):
-            server.client.call("FLUSHALL")
+            server.client.call("FLUSHALL", "SYNC")
             before = used_memory(server.client)
             pipe(server.port, c.populate(keys, SCALE_FILL_EXTRA.get(c.name, ())))
             dbsize = server.client.call("DBSIZE")
@@ -365,7 +379,7 @@ def scaling_phase(server, results):
             row[str(keys)] = r
             log(f"scaling: {c.name} with {dbsize} keys: {r['usec_per_call']:.2f} µs/call, {r['rps']:.0f} ops/s")
         results["scaling"][c.name] = row
-    server.client.call("FLUSHALL")
+    server.client.call("FLUSHALL", "SYNC")
 
 
 def loglen_phase(server, results):
@@ -374,7 +388,7 @@ def loglen_phase(server, results):
     exact = throttle("SLIDING EXACT", "lg", big, "1h", "EXACT")
     for length in (CFG["BENCH_LOG_SHORT"], CFG["BENCH_LOG_LONG"]):
         c = server.client
-        c.call("FLUSHALL")
+        c.call("FLUSHALL", "SYNC")
         before = used_memory(c)
         base = int(time.time() * 1_000_000) - length - 1_000_000
         pipe(server.port, (["THROTTLE.SLIDING", "log:1", big, "1h", "EXACT", "AT", base + i] for i in range(length)))
@@ -395,13 +409,13 @@ def loglen_phase(server, results):
     s, l = CFG["BENCH_LOG_SHORT"], CFG["BENCH_LOG_LONG"]
     results["loglen"]["bytes_per_entry"] = (
         results["loglen"][str(l)]["used_memory_delta"] - results["loglen"][str(s)]["used_memory_delta"]) / (l - s)
-    server.client.call("FLUSHALL")
+    server.client.call("FLUSHALL", "SYNC")
 
 
 def persistence_phase(server, module, workdir, cmds, results):
     n = CFG["BENCH_N16"]
     c = server.client
-    c.call("FLUSHALL")
+    c.call("FLUSHALL", "SYNC")
     replica = Server(module, workdir, "replica")
     try:
         replica.client.call("REPLICAOF", "127.0.0.1", str(server.port))
@@ -414,7 +428,7 @@ def persistence_phase(server, module, workdir, cmds, results):
     finally:
         replica.stop()
     wait_for(lambda: c.info("replication").get("connected_slaves") == "0", "replica gone")
-    c.call("FLUSHALL")
+    c.call("FLUSHALL", "SYNC")
     c.call("CONFIG", "SET", "appendonly", "yes")
     wait_for(lambda: c.info("persistence").get("aof_enabled") == "1"
              and c.info("persistence").get("aof_rewrite_in_progress") == "0"
@@ -427,7 +441,7 @@ def persistence_phase(server, module, workdir, cmds, results):
             log(f"AOF on: {cmd.name}: {row['rps']:.0f} ops/s, {row['usec_per_call']:.2f} µs/call")
     finally:
         c.call("CONFIG", "SET", "appendonly", "no")
-        c.call("FLUSHALL")
+        c.call("FLUSHALL", "SYNC")
 
 
 def main():
@@ -458,11 +472,15 @@ def main():
                 with open(os.path.join(HERE, "lua", f)) as fh:
                     shas[f[:-4]] = c.call("SCRIPT", "LOAD", fh.read())
         cmds = [INCR, SET_PX, *THROTTLES, *lua_commands(shas)]
+        if CELL_MODULE:
+            cmds.insert(2, CELL)
         # every command once, to check it answers before timing anything
         for cmd in cmds:
             c.call(*cmd.argv(cmd.prefix() + "check", 0))
-        c.call("FLUSHALL")
-        results["redis_version"] = c.info("server")["redis_version"]
+        c.call("FLUSHALL", "SYNC")
+        info = c.info("server")
+        results["redis_version"] = info["redis_version"]
+        results["server"] = ("Valkey " + info["valkey_version"]) if "valkey_version" in info else ("Redis " + info["redis_version"])
 
         phases = [
             ("main", lambda: main_comparison(server, cmds, results)),
@@ -472,6 +490,8 @@ def main():
             ("scaling", lambda: scaling_phase(server, results)),
         ]
         for name, run in phases:
+            if name not in PHASES:
+                continue
             start = time.time()
             log(f"phase {name}")
             run()

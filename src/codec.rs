@@ -4,16 +4,21 @@
 //!
 //! Decoding is total: any word sequence either yields a state that the
 //! algorithms can run on without overflow or panic, or an error.
-
-use std::collections::VecDeque;
+//!
+//! Version 2 (today) dropped the parameters the windows do not need (each
+//! call brings them): FIXED and SLIDING EXACT keep no `limit` or `period`,
+//! SLIDING keeps its `period` only. Version 1 values, which carried them,
+//! still load: their parameters are checked, then left out.
 
 use crate::limiter::{
-    Bucket, Entry, FixedWindow, LeakyBucket, Params, SlidingLog, SlidingWindow, TokenBucket,
-    MAX_LIMIT, MAX_TIME_US,
+    Bucket, Counts, Entry, FixedWindow, LeakyBucket, Params, SlidingLog, SlidingWindow, TokenBucket, MAX_LIMIT,
+    MAX_PERIOD_US, MIN_PERIOD_US, MAX_TIME_US,
 };
 
 /// The encoding version written today; later releases keep loading it.
-pub const ENCODING_VERSION: i32 = 1;
+pub const ENCODING_VERSION: i32 = 2;
+/// The first encoding, still loaded.
+const V1: i32 = 1;
 
 /// Why a stored value is refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,16 +68,30 @@ fn params(limit: u64, period_us: u64, burst: Option<u64>) -> Result<Params, Deco
 }
 
 fn known_version(version: i32) -> Result<(), DecodeError> {
-    if version == ENCODING_VERSION {
+    if version == V1 || version == ENCODING_VERSION {
         Ok(())
     } else {
         Err(DecodeError::Version)
     }
 }
 
+/// Version 1's `limit` and `period`, checked and then left out.
+fn v1_params(version: i32, src: &mut dyn WordSource) -> Result<Option<Params>, DecodeError> {
+    if version != V1 {
+        return Ok(None);
+    }
+    params(src.word()?, src.word()?, None).map(Some)
+}
+
+fn period(src: &mut dyn WordSource) -> Result<u64, DecodeError> {
+    let period = src.word()?;
+    check((MIN_PERIOD_US..=MAX_PERIOD_US).contains(&period), "period")?;
+    Ok(period)
+}
+
 impl Codec for FixedWindow {
     fn encode(&self, out: &mut dyn FnMut(u64)) {
-        for w in [self.window_start_us, self.count, self.updated_at_us, self.limit, self.period_us] {
+        for w in [self.window_start_us, self.count, self.updated_at_us] {
             out(w);
         }
     }
@@ -82,29 +101,23 @@ impl Codec for FixedWindow {
         let window_start_us = time(src)?;
         let count = src.word()?;
         let updated_at_us = time(src)?;
-        let p = params(src.word()?, src.word()?, None)?;
+        let v1 = v1_params(version, src)?;
         // Not `count <= limit`: a refund under a lowered limit leaves the
         // count above the call's limit, and what the algorithms store must
         // load back. The algorithms saturate against the limit.
         check((1..=MAX_LIMIT).contains(&count), "count")?;
-        check(
-            window_start_us <= updated_at_us && updated_at_us - window_start_us < p.period_us(),
-            "window",
-        )?;
-        Ok(FixedWindow { window_start_us, count, updated_at_us, limit: p.limit(), period_us: p.period_us() })
+        check(window_start_us <= updated_at_us, "window")?;
+        if let Some(p) = v1 {
+            check(updated_at_us - window_start_us < p.period_us(), "window")?;
+        }
+        Ok(FixedWindow { window_start_us, count, updated_at_us })
     }
 }
 
 impl Codec for SlidingWindow {
     fn encode(&self, out: &mut dyn FnMut(u64)) {
-        for w in [
-            self.window_start_us,
-            self.previous,
-            self.current,
-            self.updated_at_us,
-            self.limit,
-            self.period_us,
-        ] {
+        let c = self.counts();
+        for w in [c.window_start_us, c.previous, c.current, c.updated_at_us, c.period_us] {
             out(w);
         }
     }
@@ -115,29 +128,25 @@ impl Codec for SlidingWindow {
         let previous = src.word()?;
         let current = src.word()?;
         let updated_at_us = time(src)?;
-        let p = params(src.word()?, src.word()?, None)?;
-        check(window_start_us % p.period_us() == 0, "window")?;
+        let period_us = match v1_params(version, src)? {
+            Some(p) => p.period_us(),
+            None => period(src)?,
+        };
+        check(window_start_us % period_us == 0, "window")?;
         check(
-            window_start_us <= updated_at_us && updated_at_us - window_start_us < p.period_us(),
+            window_start_us <= updated_at_us && updated_at_us - window_start_us < period_us,
             "window",
         )?;
         // Counts may exceed the limit after a refund under a lowered limit.
         check(previous <= MAX_LIMIT && current <= MAX_LIMIT, "count")?;
-        Ok(SlidingWindow {
-            window_start_us,
-            previous,
-            current,
-            updated_at_us,
-            limit: p.limit(),
-            period_us: p.period_us(),
-        })
+        Ok(SlidingWindow::pack(&Counts { window_start_us, previous, current, updated_at_us, period_us }))
     }
 }
 
 impl Codec for SlidingLog {
     fn encode(&self, out: &mut dyn FnMut(u64)) {
         let entries = self.entries().count() as u64;
-        for w in [self.used, self.updated_at_us, self.limit, self.period_us, entries] {
+        for w in [self.used, self.updated_at_us, entries] {
             out(w);
         }
         for entry in self.entries() {
@@ -150,24 +159,19 @@ impl Codec for SlidingLog {
         known_version(version)?;
         let used = src.word()?;
         let updated_at_us = time(src)?;
-        let p = params(src.word()?, src.word()?, None)?;
+        let v1 = v1_params(version, src)?;
         let entries = src.word()?;
         // `used` may exceed the limit after a refund under a lowered limit.
         check(used <= MAX_LIMIT && entries <= used, "log length")?;
-        // Reserve no more than a bounded amount up front: the length is
-        // untrusted until the words are actually there.
-        let mut log = SlidingLog {
-            log: VecDeque::with_capacity(entries.min(4096) as usize),
-            used: 0,
-            updated_at_us,
-            limit: p.limit(),
-            period_us: p.period_us(),
-        };
+        let mut log = SlidingLog::empty(updated_at_us);
         let mut previous_at = None;
         for _ in 0..entries {
             let at_us = src.word()?;
             let units = src.word()?;
-            check(at_us <= updated_at_us && at_us + p.period_us() > updated_at_us, "entry time")?;
+            check(at_us <= updated_at_us, "entry time")?;
+            if let Some(p) = v1 {
+                check(at_us + p.period_us() > updated_at_us, "entry time")?;
+            }
             check(previous_at.is_none_or(|prev| prev < at_us), "entry order")?;
             check(units >= 1 && units <= used - log.used, "entry units")?;
             previous_at = Some(at_us);
@@ -178,6 +182,7 @@ impl Codec for SlidingLog {
     }
 }
 
+/// The buckets' words are the same in both versions.
 fn encode_bucket(b: &Bucket, out: &mut dyn FnMut(u64)) {
     for w in [(b.level >> 64) as u64, b.level as u64, b.updated_at_us, b.limit, b.period_us, b.burst] {
         out(w);
@@ -197,21 +202,21 @@ fn decode_bucket(version: i32, src: &mut dyn WordSource) -> Result<Bucket, Decod
 
 impl Codec for TokenBucket {
     fn encode(&self, out: &mut dyn FnMut(u64)) {
-        encode_bucket(&self.0, out);
+        encode_bucket(&self.bucket(), out);
     }
 
     fn decode(version: i32, src: &mut dyn WordSource) -> Result<Self, DecodeError> {
-        decode_bucket(version, src).map(TokenBucket)
+        decode_bucket(version, src).map(|b| TokenBucket::from_bucket(&b))
     }
 }
 
 impl Codec for LeakyBucket {
     fn encode(&self, out: &mut dyn FnMut(u64)) {
-        encode_bucket(&self.0, out);
+        encode_bucket(&self.bucket(), out);
     }
 
     fn decode(version: i32, src: &mut dyn WordSource) -> Result<Self, DecodeError> {
-        decode_bucket(version, src).map(LeakyBucket)
+        decode_bucket(version, src).map(|b| LeakyBucket::from_bucket(&b))
     }
 }
 
@@ -230,7 +235,8 @@ mod tests {
         let encoded = words(&state);
         let decoded = T::decode(ENCODING_VERSION, &mut encoded.iter().copied()).unwrap();
         assert_eq!(decoded, state);
-        assert_eq!(T::decode(2, &mut encoded.iter().copied()), Err(DecodeError::Version));
+        assert_eq!(T::decode(3, &mut encoded.iter().copied()), Err(DecodeError::Version));
+        assert_eq!(T::decode(0, &mut encoded.iter().copied()), Err(DecodeError::Version));
         for cut in 0..encoded.len() {
             assert!(T::decode(ENCODING_VERSION, &mut encoded[..cut].iter().copied()).is_err());
         }
@@ -279,26 +285,58 @@ mod tests {
         let fixed = words(&used::<FixedWindow>(p, &[(5, 3)]));
         let mut bad = fixed.clone();
         bad[1] = 0; // an open window without units
-        assert!(FixedWindow::decode(1, &mut bad.into_iter()).is_err());
+        assert!(FixedWindow::decode(2, &mut bad.into_iter()).is_err());
         let mut bad = fixed.clone();
+        bad[1] = MAX_LIMIT + 1; // count beyond any limit
+        assert!(FixedWindow::decode(2, &mut bad.into_iter()).is_err());
+        let mut bad = fixed.clone();
+        bad[0] = bad[2] + 1; // the window starts after the last change
+        assert!(FixedWindow::decode(2, &mut bad.into_iter()).is_err());
+
+        let sliding = words(&used::<SlidingWindow>(p, &[(5, 3)]));
+        let mut bad = sliding.clone();
         bad[4] = 0; // period
-        assert!(FixedWindow::decode(1, &mut bad.into_iter()).is_err());
+        assert!(SlidingWindow::decode(2, &mut bad.into_iter()).is_err());
+        let mut bad = sliding.clone();
+        bad[0] += 1; // a window not on a multiple of the period
+        assert!(SlidingWindow::decode(2, &mut bad.into_iter()).is_err());
 
         let log = words(&used::<SlidingLog>(p, &[(5, 1), (6, 2)]));
         let mut bad = log.clone();
-        bad[4] = u64::MAX; // length
-        assert!(SlidingLog::decode(1, &mut bad.into_iter()).is_err());
+        bad[2] = u64::MAX; // length
+        assert!(SlidingLog::decode(2, &mut bad.into_iter()).is_err());
         let mut bad = log.clone();
         bad[0] = 4; // total disagrees with the entries
-        assert!(SlidingLog::decode(1, &mut bad.into_iter()).is_err());
-
-        let mut bad = fixed.clone();
-        bad[1] = MAX_LIMIT + 1; // count beyond any limit
-        assert!(FixedWindow::decode(1, &mut bad.into_iter()).is_err());
+        assert!(SlidingLog::decode(2, &mut bad.into_iter()).is_err());
 
         let token = words(&used::<TokenBucket>(p, &[(5, 3)]));
         let mut bad = token.clone();
         bad[0] = 1; // level above capacity
-        assert!(TokenBucket::decode(1, &mut bad.into_iter()).is_err());
+        assert!(TokenBucket::decode(2, &mut bad.into_iter()).is_err());
+    }
+
+    /// Version 1 words (parameters included) load as the same state.
+    #[test]
+    fn version_1_loads() {
+        let p = Params::new(10, 1_000_000, None).unwrap();
+        let fixed = used::<FixedWindow>(p, &[(5, 3), (9, 2)]);
+        let v1 = [fixed.window_start_us, fixed.count, fixed.updated_at_us, 10, 1_000_000];
+        assert_eq!(FixedWindow::decode(1, &mut v1.into_iter()), Ok(fixed.clone()));
+        // Version 1 still checks what it carried: the window within its period.
+        let late = [5, 3, 1_000_005, 10, 1_000_000];
+        assert!(FixedWindow::decode(1, &mut late.into_iter()).is_err());
+
+        let sliding = used::<SlidingWindow>(p, &[(5, 3), (1_500_000, 2)]);
+        let c = sliding.counts();
+        let v1 = [c.window_start_us, c.previous, c.current, c.updated_at_us, 10, 1_000_000];
+        assert_eq!(SlidingWindow::decode(1, &mut v1.into_iter()), Ok(sliding));
+
+        let log = used::<SlidingLog>(p, &[(5, 1), (6, 3)]);
+        let v1 = [4, 6, 10, 1_000_000, 2, 5, 1, 6, 3];
+        assert_eq!(SlidingLog::decode(1, &mut v1.into_iter()), Ok(log));
+        let stale = [1, 2_000_000, 10, 1_000_000, 1, 5, 1];
+        assert!(SlidingLog::decode(1, &mut stale.into_iter()).is_err(), "an entry outside its period");
+        assert!(FixedWindow::decode(1, &mut [5, 3, 9, 0, 1_000_000].into_iter()).is_err(), "a v1 limit of 0");
+        assert!(FixedWindow::decode(1, &mut [5, 3, 9].into_iter()).is_err(), "v1 words cut short");
     }
 }

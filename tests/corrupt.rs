@@ -250,7 +250,7 @@ fn corrupt_restore_payloads_never_crash_the_server() {
         let payload: Vec<u8> = redis::cmd("DUMP").arg(key).query(&mut c).expect("DUMP");
         let dump = Dump::parse(&payload);
         let value = ModuleValue::parse(&dump.body);
-        assert!(value.words.len() >= 5, "{kind}: {:?}", value.words);
+        assert!(value.words.len() >= 3, "{kind}: {:?}", value.words);
 
         // The test's own encoding round-trips.
         assert_eq!(value.encode(&value.words, true), dump.body, "{kind}: re-encoding");

@@ -776,11 +776,16 @@ fn refunds_and_throttle_all_reach_the_replica_exactly() {
     sync(&mut m);
     assert_same_on_replica(&mut m, &mut r, &["rr:f", "rr:s", "rr:e", "rr:t", "rr:l", "rr:a1", "rr:a2", "rr:a3"]);
     assert_eq!(exists(&mut r, "rr:gone"), 0, "the refund to idle deleted the key on the replica too");
-    // THROTTLE.INFO is read-only: the replica answers it, the same way.
+    // THROTTLE.INFO is read-only: the replica answers it, the same way
+    // (but for a reset_after read from the TTL, a moment apart).
     for key in ["rr:e", "rr:t", "rr:a2"] {
         let line = format!("THROTTLE.INFO {key} AT {}", T + 3 * s);
         let (vm, vr): (Value, Value) = (call(&mut m, &line).expect("master"), call(&mut r, &line).expect("replica"));
-        assert_eq!(pairs(&vm), pairs(&vr), "{line}");
+        let (mut pm, mut pr) = (pairs(&vm), pairs(&vr));
+        if let (Some(Value::Int(a)), Some(Value::Int(b))) = (pm.remove("reset_after"), pr.remove("reset_after")) {
+            assert!((a - b).abs() <= 100, "{line}: reset_after {a} on the master, {b} on the replica");
+        }
+        assert_eq!(pm, pr, "{line}");
     }
 }
 
@@ -1017,7 +1022,7 @@ fn throttle_all_in_a_cluster_needs_one_slot() {
     let v = query(&mut cc, &format!("THROTTLE.FIXED {{user:42}}:h 1000 1h COST 0 AT {T}")).expect("THROTTLE.FIXED");
     assert_eq!(five(&v), (1, 1000, 999, 0, 3_600_000));
     let v = query(&mut cc, &format!("THROTTLE.INFO {{user:42}}:s AT {T}")).expect("THROTTLE.INFO");
-    assert_eq!(pairs(&v).get("remaining"), Some(&Value::Int(9)));
+    assert_eq!(pairs(&v).get("used"), Some(&Value::Int(1)));
     // Both keys live on the one node that owns their slot.
     let mut owners = 0;
     for node in &nodes {
@@ -1056,26 +1061,39 @@ fn describe(c: &mut redis::Connection, line: &str) -> BTreeMap<String, Value> {
     pairs(&v)
 }
 
+/// `reset_after` as the key's TTL gives it (FIXED, SLIDING EXACT): the TTL
+/// counts down on the server's clock from the `reset_after` the last
+/// change answered.
+fn ttl_reset_after(got: &BTreeMap<String, Value>, answered: i64) -> bool {
+    matches!(got.get("reset_after"), Some(Value::Int(ttl)) if *ttl > answered - 5_000 && *ttl <= answered)
+}
+
 #[test]
 fn throttle_info_describes_every_algorithm() {
     let server = Server::start();
     let mut c = open(&server.url());
     let s = SECOND as i64;
     let t = T as i64;
-    /// The calls, the time INFO looks at, the fields it must show, and the
-    /// peek that must agree with them.
-    type Case = (Vec<String>, u64, BTreeMap<String, Value>, String);
+    /// The calls, the time INFO looks at, the fields it must show (besides
+    /// a `reset_after` read from the TTL, with the one the last call
+    /// answered), and the peek that must agree with them.
+    type Case = (Vec<String>, u64, BTreeMap<String, Value>, Option<i64>, String);
     let cases: Vec<Case> = vec![
         (
             vec![format!("THROTTLE.FIXED i:f 10 1m COST 3 AT {T}")],
             T + MS,
-            info_fields("fixed", &[("limit", 10), ("period_ms", 60_000), ("updated_at", t), ("remaining", 7), ("reset_after", 59_999)]),
+            info_fields("fixed", &[("window_start", t), ("used", 3), ("updated_at", t)]),
+            Some(60_000),
             format!("THROTTLE.FIXED i:f 10 1m COST 0 AT {}", T + MS),
         ),
         (
             vec![format!("THROTTLE.SLIDING i:s 10 1m COST 4 AT {T}")],
             T + 30 * SECOND,
-            info_fields("sliding", &[("limit", 10), ("period_ms", 60_000), ("updated_at", t), ("remaining", 6), ("reset_after", 90_000)]),
+            info_fields(
+                "sliding",
+                &[("period_ms", 60_000), ("window_start", t), ("previous", 0), ("current", 4), ("used", 4), ("updated_at", t), ("reset_after", 90_000)],
+            ),
+            None,
             format!("THROTTLE.SLIDING i:s 10 1m COST 0 AT {}", T + 30 * SECOND),
         ),
         (
@@ -1085,10 +1103,8 @@ fn throttle_info_describes_every_algorithm() {
                 format!("THROTTLE.SLIDING i:e 10 1m COST 1 AT {} EXACT", T + 10 * SECOND),
             ],
             T + 20 * SECOND,
-            info_fields(
-                "sliding-exact",
-                &[("limit", 10), ("period_ms", 60_000), ("updated_at", t + 10 * s), ("entries", 2), ("remaining", 6), ("reset_after", 50_000)],
-            ),
+            info_fields("sliding-exact", &[("entries", 2), ("used", 4), ("updated_at", t + 10 * s)]),
+            Some(60_000),
             format!("THROTTLE.SLIDING i:e 10 1m COST 0 AT {} EXACT", T + 20 * SECOND),
         ),
         (
@@ -1098,6 +1114,7 @@ fn throttle_info_describes_every_algorithm() {
                 "token",
                 &[("limit", 10), ("period_ms", 60_000), ("burst", 20), ("updated_at", t), ("remaining", 10), ("reset_after", 60_000)],
             ),
+            None,
             format!("THROTTLE.TOKEN i:t 10 1m BURST 20 COST 0 AT {}", T + 30 * SECOND),
         ),
         (
@@ -1107,46 +1124,65 @@ fn throttle_info_describes_every_algorithm() {
                 "leaky",
                 &[("limit", 10), ("period_ms", 60_000), ("burst", 20), ("updated_at", t), ("remaining", 10), ("reset_after", 60_000)],
             ),
+            None,
             format!("THROTTLE.LEAKY i:l 10 1m BURST 20 COST 0 AT {}", T + 30 * SECOND),
         ),
     ];
-    for (calls, at, want, peek) in cases {
+    for (calls, at, want, ttl_answered, peek) in cases {
         for line in &calls {
             assert_eq!(throttle(&mut c, line).0, 1, "{line}");
         }
         let key = calls[0].split(' ').nth(1).expect("key");
-        let got = describe(&mut c, &format!("THROTTLE.INFO {key} AT {at}"));
+        let mut got = describe(&mut c, &format!("THROTTLE.INFO {key} AT {at}"));
+        if let Some(answered) = ttl_answered {
+            assert!(ttl_reset_after(&got, answered), "THROTTLE.INFO {key}: reset_after {:?}", got.get("reset_after"));
+            got.remove("reset_after");
+        }
         assert_eq!(got, want, "THROTTLE.INFO {key}");
+        // The peek's remaining is the limit less what INFO counts as used.
         let p = throttle(&mut c, &peek);
-        assert_eq!(
-            (Some(&Value::Int(p.2)), Some(&Value::Int(p.4))),
-            (got.get("remaining"), got.get("reset_after")),
-            "THROTTLE.INFO {key} agrees with {peek}"
-        );
+        let counted = match (got.get("remaining"), got.get("used")) {
+            (Some(Value::Int(remaining)), _) => *remaining,
+            (None, Some(Value::Int(used))) => p.1 - used,
+            _ => panic!("THROTTLE.INFO {key}: neither remaining nor used"),
+        };
+        assert_eq!(counted, p.2, "THROTTLE.INFO {key} agrees with {peek}");
+        if ttl_answered.is_none() {
+            assert_eq!(got.get("reset_after"), Some(&Value::Int(p.4)), "THROTTLE.INFO {key} agrees with {peek}");
+        }
     }
-    // Without AT: the server's clock, long after T; every key is idle by then.
+    // Without AT: the server's clock, long after T; every bucket is idle by then.
     let got = describe(&mut c, "THROTTLE.INFO i:t");
     assert_eq!((got.get("remaining"), got.get("reset_after")), (Some(&Value::Int(20)), Some(&Value::Int(0))));
     // AT is case-insensitive.
-    assert_eq!(describe(&mut c, &format!("THROTTLE.INFO i:f at {}", T + MS)).get("remaining"), Some(&Value::Int(7)));
+    assert_eq!(describe(&mut c, &format!("THROTTLE.INFO i:s at {}", T + MS)).get("used"), Some(&Value::Int(4)));
+    // A key whose TTL was taken away says so.
+    let _: i64 = call(&mut c, "PERSIST i:f").expect("PERSIST");
+    assert_eq!(describe(&mut c, "THROTTLE.INFO i:f").get("reset_after"), Some(&Value::Int(-1)));
 }
 
 #[test]
 fn throttle_info_shows_the_parameters_of_the_last_change() {
     let server = Server::start();
     let mut c = open(&server.url());
-    let info = |c: &mut redis::Connection| {
-        let m = describe(c, &format!("THROTTLE.INFO pc AT {}", T + 2 * SECOND));
-        (m.get("limit").cloned(), m.get("period_ms").cloned())
+    // The buckets keep every parameter; SLIDING its period.
+    let info = |c: &mut redis::Connection, key: &str| {
+        let m = describe(c, &format!("THROTTLE.INFO {key} AT {}", T + 2 * SECOND));
+        (m.get("limit").cloned(), m.get("period_ms").cloned(), m.get("burst").cloned())
     };
-    throttle(&mut c, &format!("THROTTLE.FIXED pc 10 1m AT {T}"));
-    assert_eq!(info(&mut c), (Some(Value::Int(10)), Some(Value::Int(60_000))));
-    assert_eq!(throttle(&mut c, &format!("THROTTLE.FIXED pc 20 2m AT {}", T + SECOND)).0, 1);
-    assert_eq!(info(&mut c), (Some(Value::Int(20)), Some(Value::Int(120_000))));
+    throttle(&mut c, &format!("THROTTLE.TOKEN pc 10 1m AT {T}"));
+    assert_eq!(info(&mut c, "pc"), (Some(Value::Int(10)), Some(Value::Int(60_000)), Some(Value::Int(10))));
+    assert_eq!(throttle(&mut c, &format!("THROTTLE.TOKEN pc 20 2m BURST 30 AT {}", T + SECOND)).0, 1);
+    assert_eq!(info(&mut c, "pc"), (Some(Value::Int(20)), Some(Value::Int(120_000)), Some(Value::Int(30))));
     // A denied call and a peek change nothing, parameters included.
-    assert_eq!(throttle(&mut c, &format!("THROTTLE.FIXED pc 1 1h AT {}", T + SECOND)).0, 0);
-    assert_eq!(throttle(&mut c, &format!("THROTTLE.FIXED pc 5 5m COST 0 AT {}", T + SECOND)).0, 1);
-    assert_eq!(info(&mut c), (Some(Value::Int(20)), Some(Value::Int(120_000))));
+    assert_eq!(throttle(&mut c, &format!("THROTTLE.TOKEN pc 1 1h COST 5 AT {}", T + SECOND)).0, 0);
+    assert_eq!(throttle(&mut c, &format!("THROTTLE.TOKEN pc 5 5m COST 0 AT {}", T + SECOND)).0, 1);
+    assert_eq!(info(&mut c, "pc"), (Some(Value::Int(20)), Some(Value::Int(120_000)), Some(Value::Int(30))));
+
+    throttle(&mut c, &format!("THROTTLE.SLIDING ps 10 1m AT {T}"));
+    assert_eq!(info(&mut c, "ps").1, Some(Value::Int(60_000)));
+    assert_eq!(throttle(&mut c, &format!("THROTTLE.SLIDING ps 10 2m AT {}", T + SECOND)).0, 1);
+    assert_eq!(info(&mut c, "ps").1, Some(Value::Int(120_000)));
 }
 
 #[test]

@@ -486,11 +486,13 @@ fn shape_ok(kind: Kind, v: &Value) -> bool {
         Kind::Info => match v {
             Value::Bulk(None) => true,
             Value::Array(Some(items)) => {
+                // Every field a count or a time, reset_after -1 when the
+                // key's TTL was taken away.
                 items.len() % 2 == 0
-                    && items.len() >= 12
+                    && items.len() >= 10
                     && items.chunks(2).all(|pair| {
                         matches!(&pair[0], Value::Simple(_) | Value::Bulk(Some(_)))
-                            && matches!(&pair[1], Value::Int(n) if *n >= 0)
+                            && matches!(&pair[1], Value::Int(n) if *n >= -1)
                             || matches!((&pair[0], &pair[1]), (Value::Simple(f), Value::Bulk(Some(_))) if f == "algorithm")
                             || matches!((&pair[0], &pair[1]), (Value::Bulk(Some(f)), Value::Bulk(Some(_))) if f == b"algorithm")
                     })

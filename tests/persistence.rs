@@ -275,8 +275,8 @@ fn memory_usage_grows_with_an_exact_log() {
     }
     let small: i64 = call(&mut c, "MEMORY USAGE small").expect("MEMORY USAGE");
     let big: i64 = call(&mut c, "MEMORY USAGE big").expect("MEMORY USAGE");
-    // 2000 entries of at least 8 bytes each.
-    assert!(big >= small + 16_000, "small {small}, big {big}");
+    // 2000 entries of one 4-byte word each, and room to grow.
+    assert!(big >= small + 8_000, "small {small}, big {big}");
     let fixed: i64 = call(&mut c, "MEMORY USAGE fx").expect("MEMORY USAGE");
     assert!(big > fixed, "fixed {fixed}, big {big}");
 }

@@ -245,35 +245,28 @@ fn decode_then_run<T: State>(words: &[u64]) {
     for version in 0..=3 {
         let mut source = words.iter().copied();
         let decoded = T::decode(version, &mut source);
-        if version != ENCODING_VERSION {
+        if version != 1 && version != ENCODING_VERSION {
             assert_eq!(decoded, Err(DecodeError::Version), "{}: version {version} accepted", T::NAME);
             continue;
         }
         let Ok(mut state) = decoded else { continue };
         let consumed = words.len() - source.len();
-        assert_eq!(encode(&state), words[..consumed], "{}: not re-encoded as read", T::NAME);
+        if version == ENCODING_VERSION {
+            assert_eq!(encode(&state), words[..consumed], "{}: not re-encoded as read", T::NAME);
+        }
         assert_round_trips(&state, &|| "as decoded".into());
         // The remaining words drive calls: cost (zigzag), limit, period,
-        // burst (0: none), time. Parameters out of bounds fall back to the
-        // state's own.
+        // burst (0: none), time. Parameters out of bounds skip the call.
         for op in words[consumed..].chunks_exact(5) {
             let &[cost, limit, period, burst, at] = op else { continue };
             let cost = ((cost >> 1) as i64 ^ -((cost & 1) as i64)).clamp(-(MAX_LIMIT as i64), MAX_LIMIT as i64);
             let burst = (T::BUCKET && burst != 0).then_some(burst);
-            let Some(params) = Params::new(limit, period, burst).ok().or_else(|| state.last_params()) else { break };
+            let Ok(params) = Params::new(limit, period, burst) else { continue };
             let now = at.min(MAX_TIME_US);
             let decision = module_step(&mut state, &params, cost, now);
             if cost != 0 && decision.reset_after_ms == 0 && (cost < 0 || decision.allowed) {
                 // The module deletes an idle key.
                 state = T::default();
-            }
-            // THROTTLE.INFO peeks with the key's own parameters and must
-            // change nothing (it is a read-only command).
-            if let Some(own) = state.last_params() {
-                let before = state.clone();
-                let d = state.acquire(&own, 0, now);
-                assert_eq!(state, before, "{}: THROTTLE.INFO's peek changed the state", T::NAME);
-                check_decision::<T>(&d, &own, 0);
             }
         }
     }
@@ -286,6 +279,10 @@ fn module_step<T: State>(state: &mut T, params: &Params, cost: i64, now: u64) ->
     let units = cost.unsigned_abs();
     let decision = if cost < 0 { state.refund(params, units, now) } else { state.acquire(params, units, now) };
     let context = || format!("cost {cost} at {now} with {params:?}, from {before:?}");
+    if cost >= 0 {
+        // THROTTLE.ALL's dry run and THROTTLE.INFO answer without a change.
+        assert_eq!(before.check(params, units, now), decision, "{}: check disagrees: {}", T::NAME, context());
+    }
     check_decision::<T>(&decision, params, cost);
     let changed = cost < 0 || (decision.allowed && cost > 0);
     if !changed {

@@ -1,3 +1,4 @@
+use super::pack::{Packer, Unpacker};
 use super::{ceil_div, ms_ceil, retry_ms, Decision, Limiter, Params, NEVER};
 
 /// What the token and leaky buckets share: a level that falls at `limit`
@@ -20,13 +21,72 @@ pub struct Bucket {
 /// Token bucket: starts full with `burst` tokens, refills continuously at
 /// `limit` per `period`; a call takes `cost` tokens when it has them.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct TokenBucket(pub(crate) Bucket);
+pub struct TokenBucket(Packed);
 
 /// Leaky bucket as a meter with a queue: holds up to `burst` units of work,
 /// drains continuously at `limit` per `period`. An admitted call's
 /// `retry_after` is the time for the work queued ahead of it to drain.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct LeakyBucket(pub(crate) Bucket);
+pub struct LeakyBucket(Packed);
+
+/// A [`Bucket`] in five words: the level needs 98 bits (at most `burst *
+/// period` < 2^98), the time 54, the three parameters 50, 49 and 50. All
+/// three stay: a call under other parameters carries the level over (and
+/// CL.THROTTLE carries the debt over in time, at the stored rate).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Packed([u64; 5]);
+
+const LEVEL_HIGH_BITS: u32 = 34;
+const TIME_BITS: u32 = 54;
+const LIMIT_BITS: u32 = 50;
+const PERIOD_BITS: u32 = 49;
+
+impl Packed {
+    fn bucket(&self) -> Bucket {
+        let mut read = Unpacker::new(&self.0);
+        let low = read.take(64);
+        let high = read.take(LEVEL_HIGH_BITS);
+        Bucket {
+            level: u128::from(high) << 64 | u128::from(low),
+            updated_at_us: read.take(TIME_BITS),
+            limit: read.take(LIMIT_BITS),
+            period_us: read.take(PERIOD_BITS),
+            burst: read.take(LIMIT_BITS),
+        }
+    }
+
+    /// Packs a bucket whose fields are within the bounds the algorithms and
+    /// the codec keep.
+    fn pack(b: &Bucket) -> Packed {
+        Packed(
+            Packer::new()
+                .put(b.level as u64, 64)
+                .put((b.level >> 64) as u64, LEVEL_HIGH_BITS)
+                .put(b.updated_at_us, TIME_BITS)
+                .put(b.limit, LIMIT_BITS)
+                .put(b.period_us, PERIOD_BITS)
+                .put(b.burst, LIMIT_BITS)
+                .finish(),
+        )
+    }
+}
+
+macro_rules! bucket_state {
+    ($state:ident) => {
+        impl $state {
+            /// The bucket, as the algorithm reads it.
+            pub(crate) fn bucket(&self) -> Bucket {
+                self.0.bucket()
+            }
+
+            pub(crate) fn from_bucket(b: &Bucket) -> $state {
+                $state(Packed::pack(b))
+            }
+        }
+    };
+}
+bucket_state!(TokenBucket);
+bucket_state!(LeakyBucket);
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -130,38 +190,35 @@ impl Bucket {
         }
     }
 
-    fn last_params(&self) -> Option<Params> {
+    /// The parameters of the last change.
+    pub(crate) fn last_params(&self) -> Option<Params> {
         Params::new(self.limit, self.period_us, Some(self.burst)).ok()
     }
 }
 
-impl Limiter for TokenBucket {
-    fn acquire(&mut self, params: &Params, cost: u64, now_us: u64) -> Decision {
-        self.0.acquire(params, cost, now_us, Kind::Token)
-    }
+macro_rules! bucket_limiter {
+    ($state:ident, $kind:expr) => {
+        impl Limiter for $state {
+            fn acquire(&mut self, params: &Params, cost: u64, now_us: u64) -> Decision {
+                let mut bucket = self.bucket();
+                let decision = bucket.acquire(params, cost, now_us, $kind);
+                if decision.allowed && cost > 0 {
+                    *self = $state::from_bucket(&bucket);
+                }
+                decision
+            }
 
-    fn refund(&mut self, params: &Params, units: u64, now_us: u64) -> Decision {
-        self.0.refund(params, units, now_us, Kind::Token)
-    }
-
-    fn last_params(&self) -> Option<Params> {
-        self.0.last_params()
-    }
+            fn refund(&mut self, params: &Params, units: u64, now_us: u64) -> Decision {
+                let mut bucket = self.bucket();
+                let decision = bucket.refund(params, units, now_us, $kind);
+                *self = $state::from_bucket(&bucket);
+                decision
+            }
+        }
+    };
 }
-
-impl Limiter for LeakyBucket {
-    fn acquire(&mut self, params: &Params, cost: u64, now_us: u64) -> Decision {
-        self.0.acquire(params, cost, now_us, Kind::Leaky)
-    }
-
-    fn refund(&mut self, params: &Params, units: u64, now_us: u64) -> Decision {
-        self.0.refund(params, units, now_us, Kind::Leaky)
-    }
-
-    fn last_params(&self) -> Option<Params> {
-        self.0.last_params()
-    }
-}
+bucket_limiter!(TokenBucket, Kind::Token);
+bucket_limiter!(LeakyBucket, Kind::Leaky);
 
 #[cfg(test)]
 mod tests {

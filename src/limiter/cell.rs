@@ -289,13 +289,13 @@ struct Verdict {
 /// would (an admitted call with a non-zero quantity), as [`Outcome::change`]
 /// reports.
 pub fn throttle(state: &mut TokenBucket, quota: &CellQuota, quantity: i64, now_us: u64) -> Outcome {
-    let stored = &state.0;
+    let stored = state.bucket();
     let empty = stored.period_us == 0;
     let now_us = if empty { now_us } else { now_us.max(stored.updated_at_us) };
     let params = quota.params;
     let same = empty
         || (stored.limit, stored.period_us, stored.burst) == (params.limit(), params.period_us(), params.burst());
-    let debt = if empty { 0 } else { debt_in(stored, &params, now_us) };
+    let debt = if empty { 0 } else { debt_in(&stored, &params, now_us) };
     let verdict = gcra(&params, debt, quantity);
     // `after` in ns, times the rate (units are 1/rate µs).
     let after_ns_by_rate = verdict.after.saturating_mul(NS_PER_US);
@@ -321,7 +321,7 @@ pub fn throttle(state: &mut TokenBucket, quota: &CellQuota, quantity: i64, now_u
         Change::Emptied
     } else {
         let level = u128::try_from(verdict.after).unwrap_or(0);
-        *state = TokenBucket(Bucket {
+        *state = TokenBucket::from_bucket(&Bucket {
             level,
             updated_at_us: now_us,
             limit: params.limit(),
@@ -528,7 +528,7 @@ mod tests {
             let now = START + at_ms * MS;
             let before = state.clone();
             // The exact durations, as redis-cell's test asserts them.
-            let debt = if before.0.period_us == 0 { 0 } else { debt_in(&before.0, &q.params(), now) };
+            let debt = if before.bucket().period_us == 0 { 0 } else { debt_in(&before.bucket(), &q.params(), now) };
             let v = gcra(&q.params(), debt, volume);
             assert_eq!(v.limited, limited, "case {num}");
             assert_eq!(units_to_ns(v.ttl, 1), reset_ms * 1_000_000, "case {num} reset_after");
@@ -852,7 +852,7 @@ mod tests {
         let out = throttle(&mut state, &small, 1, START + 41 * S);
         assert_eq!(out.reply.unwrap().to_array(), [0, 10, 0, -1, 10]);
         assert_eq!(out.change, Change::Stored { ttl_ms: 10_000 });
-        assert_eq!((state.0.limit, state.0.period_us, state.0.burst), (1, S, 10));
+        assert_eq!((state.bucket().limit, state.bucket().period_us, state.bucket().burst), (1, S, 10));
         // Now the key holds the call's parameters: THROTTLE.TOKEN's step again.
         let out = throttle(&mut state, &small, -10, START + 41 * S);
         assert_eq!(out.reply.unwrap().to_array(), [0, 10, 10, -1, 0]);

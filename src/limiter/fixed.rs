@@ -3,14 +3,15 @@ use super::{ms_ceil, Decision, Limiter, Params, NEVER};
 /// Fixed window counter with Laravel's DurationLimiter semantics: a window
 /// of one `period` opens at the first admitted call when none is open, and
 /// admits at most `limit` units.
+///
+/// Three words: each call brings its `limit` and `period`, so the state
+/// keeps neither.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FixedWindow {
     pub(crate) window_start_us: u64,
     /// Units admitted in the window; 0 means no window is open.
     pub(crate) count: u64,
     pub(crate) updated_at_us: u64,
-    pub(crate) limit: u64,
-    pub(crate) period_us: u64,
 }
 
 impl FixedWindow {
@@ -22,10 +23,6 @@ impl FixedWindow {
 }
 
 impl Limiter for FixedWindow {
-    fn idle_at_us(&self) -> Option<u64> {
-        (self.count > 0).then(|| self.window_start_us.saturating_add(self.period_us))
-    }
-
     fn acquire(&mut self, params: &Params, cost: u64, now_us: u64) -> Decision {
         let now = now_us.max(self.updated_at_us);
         let limit = params.limit();
@@ -34,13 +31,7 @@ impl Limiter for FixedWindow {
         let allowed = cost <= limit.saturating_sub(used);
         let used_after = if allowed { used + cost } else { used };
         if allowed && cost > 0 {
-            *self = FixedWindow {
-                window_start_us: start,
-                count: used_after,
-                updated_at_us: now,
-                limit,
-                period_us: period,
-            };
+            *self = FixedWindow { window_start_us: start, count: used_after, updated_at_us: now };
         }
         let reset_after_ms = if used_after > 0 {
             ms_ceil(u128::from(start + period - now))
@@ -70,13 +61,7 @@ impl Limiter for FixedWindow {
         *self = if used_after == 0 {
             FixedWindow::default()
         } else {
-            FixedWindow {
-                window_start_us: start,
-                count: used_after,
-                updated_at_us: now,
-                limit: params.limit(),
-                period_us: period,
-            }
+            FixedWindow { window_start_us: start, count: used_after, updated_at_us: now }
         };
         let reset_after_ms = if used_after > 0 { ms_ceil(u128::from(start + period - now)) } else { 0 };
         Decision {
@@ -86,10 +71,6 @@ impl Limiter for FixedWindow {
             retry_after_ms: 0,
             reset_after_ms,
         }
-    }
-
-    fn last_params(&self) -> Option<Params> {
-        Params::new(self.limit, self.period_us, None).ok()
     }
 }
 

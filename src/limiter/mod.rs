@@ -9,6 +9,7 @@
 mod bucket;
 pub mod cell;
 mod fixed;
+mod pack;
 mod sliding;
 mod sliding_log;
 #[cfg(test)]
@@ -17,6 +18,7 @@ mod proptests;
 pub use bucket::{Bucket, LeakyBucket, TokenBucket};
 pub use fixed::FixedWindow;
 pub use sliding::SlidingWindow;
+pub(crate) use sliding::Counts;
 pub use sliding_log::SlidingLog;
 pub(crate) use sliding_log::Entry;
 
@@ -123,16 +125,6 @@ pub trait Limiter: Default + Clone {
     /// the key is idle and can be deleted.
     fn refund(&mut self, params: &Params, units: u64, now_us: u64) -> Decision;
 
-    /// The parameters of the last change, for introspection.
-    fn last_params(&self) -> Option<Params>;
-
-    /// The instant the state goes idle by itself, for the algorithms where
-    /// it stays put while calls are admitted (the windows: their end).
-    /// After an admission `reset_after` is the time from the call to it, so
-    /// while it is unchanged the key's expiry need not be set again.
-    fn idle_at_us(&self) -> Option<u64> {
-        None
-    }
 }
 
 pub(crate) fn ceil_div(numerator: u128, denominator: u128) -> u128 {

@@ -1,3 +1,4 @@
+use super::pack::{Packer, Unpacker};
 use super::{ms_ceil, Decision, Limiter, Params, NEVER};
 
 /// Sliding window counter: windows of one `period` aligned on the Unix
@@ -7,14 +8,77 @@ use super::{ms_ceil, Decision, Limiter, Params, NEVER};
 /// All comparisons are scaled by `period` so the weighting is exact:
 /// a call fits when `prev * (period - elapsed) + (curr + cost) * period <=
 /// limit * period`.
+///
+/// Stored in four words ([`Counts`] packed): the counts, the window (as
+/// its number since the epoch: it starts on a multiple of the period), the
+/// period (a call under another period carries the estimate over, see
+/// [`Counts::view`]) and the last change (as its offset in the window).
+/// Each call brings its `limit`, so the state keeps none.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct SlidingWindow {
+pub struct SlidingWindow([u64; 4]);
+
+/// The sliding counter's fields, as the algorithm reads them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Counts {
     pub(crate) window_start_us: u64,
     pub(crate) previous: u64,
     pub(crate) current: u64,
     pub(crate) updated_at_us: u64,
-    pub(crate) limit: u64,
     pub(crate) period_us: u64,
+}
+
+/// Field widths: counts up to 10^15 < 2^50; periods up to 3650 days < 2^49
+/// µs; window numbers below 10^16 µs / 1 ms < 2^44; offsets below a period.
+const COUNT_BITS: u32 = 50;
+const PERIOD_BITS: u32 = 49;
+const WINDOW_BITS: u32 = 44;
+
+impl SlidingWindow {
+    pub(crate) fn counts(&self) -> Counts {
+        let mut read = Unpacker::new(&self.0);
+        let previous = read.take(COUNT_BITS);
+        let current = read.take(COUNT_BITS);
+        let period_us = read.take(PERIOD_BITS);
+        let window = read.take(WINDOW_BITS);
+        let offset = read.take(PERIOD_BITS);
+        let window_start_us = window.saturating_mul(period_us);
+        Counts { window_start_us, previous, current, updated_at_us: window_start_us.saturating_add(offset), period_us }
+    }
+
+    /// Packs counts whose fields are within their bounds (the algorithm's
+    /// and the codec's): the window starts on a multiple of the period, and
+    /// the last change lies inside it.
+    pub(crate) fn pack(c: &Counts) -> SlidingWindow {
+        let (window, offset) = match c.period_us {
+            0 => (0, 0),
+            period => (c.window_start_us / period, c.updated_at_us.saturating_sub(c.window_start_us)),
+        };
+        SlidingWindow(
+            Packer::new()
+                .put(c.previous, COUNT_BITS)
+                .put(c.current, COUNT_BITS)
+                .put(c.period_us, PERIOD_BITS)
+                .put(window, WINDOW_BITS)
+                .put(offset, PERIOD_BITS)
+                .finish(),
+        )
+    }
+}
+
+impl Limiter for SlidingWindow {
+    fn acquire(&mut self, params: &Params, cost: u64, now_us: u64) -> Decision {
+        let mut counts = self.counts();
+        let decision = counts.acquire(params, cost, now_us);
+        *self = SlidingWindow::pack(&counts);
+        decision
+    }
+
+    fn refund(&mut self, params: &Params, units: u64, now_us: u64) -> Decision {
+        let mut counts = self.counts();
+        let decision = counts.refund(params, units, now_us);
+        *self = SlidingWindow::pack(&counts);
+        decision
+    }
 }
 
 /// The counts as seen from one instant.
@@ -26,7 +90,7 @@ struct View {
     elapsed: u64,
 }
 
-impl SlidingWindow {
+impl Counts {
     fn view(&self, period: u64, now: u64) -> View {
         let window_start = now - now % period;
         let elapsed = now - window_start;
@@ -44,6 +108,19 @@ impl SlidingWindow {
             (0, 0)
         };
         View { window_start, previous, current, elapsed }
+    }
+
+    /// The units counted against the limit at `now` (the weighted estimate,
+    /// rounded up) and the ms until the counter is idle, under the stored
+    /// period.
+    pub(crate) fn at(&self, now: u64) -> (u64, u64) {
+        if self.period_us == 0 {
+            return (0, 0);
+        }
+        let now = now.max(self.updated_at_us);
+        let view = self.view(self.period_us, now);
+        let used = super::ceil_div(view.weighted(self.period_us), u128::from(self.period_us)) as u64;
+        (used, view.decision(true, 0, self.period_us, 0).reset_after_ms)
     }
 
     /// The stored counts' weighted estimate at `now` under their own period.
@@ -98,13 +175,8 @@ impl View {
     }
 }
 
-impl Limiter for SlidingWindow {
-    /// The current window's units weigh until the end of the next window.
-    fn idle_at_us(&self) -> Option<u64> {
-        (self.current > 0).then(|| self.window_start_us.saturating_add(self.period_us.saturating_mul(2)))
-    }
-
-    fn acquire(&mut self, params: &Params, cost: u64, now_us: u64) -> Decision {
+impl Counts {
+    pub(crate) fn acquire(&mut self, params: &Params, cost: u64, now_us: u64) -> Decision {
         let now = now_us.max(self.updated_at_us);
         let limit = params.limit();
         let period = params.period_us();
@@ -134,12 +206,11 @@ impl Limiter for SlidingWindow {
         };
         if allowed && cost > 0 {
             view.current += cost;
-            *self = SlidingWindow {
+            *self = Counts {
                 window_start_us: view.window_start,
                 previous: view.previous,
                 current: view.current,
                 updated_at_us: now,
-                limit,
                 period_us: period,
             };
         }
@@ -151,7 +222,7 @@ impl Limiter for SlidingWindow {
     }
 
     /// Takes units from the current window first, then the previous one.
-    fn refund(&mut self, params: &Params, units: u64, now_us: u64) -> Decision {
+    pub(crate) fn refund(&mut self, params: &Params, units: u64, now_us: u64) -> Decision {
         let now = now_us.max(self.updated_at_us);
         let period = params.period_us();
         let mut view = self.view(period, now);
@@ -159,22 +230,17 @@ impl Limiter for SlidingWindow {
         view.current -= from_current;
         view.previous -= (units - from_current).min(view.previous);
         *self = if view.current == 0 && view.previous == 0 {
-            SlidingWindow::default()
+            Counts::default()
         } else {
-            SlidingWindow {
+            Counts {
                 window_start_us: view.window_start,
                 previous: view.previous,
                 current: view.current,
                 updated_at_us: now,
-                limit: params.limit(),
                 period_us: period,
             }
         };
         view.decision(true, params.limit(), period, 0)
-    }
-
-    fn last_params(&self) -> Option<Params> {
-        Params::new(self.limit, self.period_us, None).ok()
     }
 }
 
@@ -245,10 +311,25 @@ mod tests {
         state.acquire(&p, 3, 1_000_000);
         // previous 6 weighs fully at the window start: 9 used.
         let d = state.refund(&p, 4, 1_000_000);
-        assert_eq!((state.previous, state.current, d.remaining), (5, 0, 5));
+        assert_eq!((state.counts().previous, state.counts().current, d.remaining), (5, 0, 5));
         let d = state.refund(&p, 9, 1_000_000);
         assert_eq!((d.remaining, d.reset_after_ms), (10, 0));
         assert_eq!(state, SlidingWindow::default());
+    }
+
+    #[test]
+    fn packing_keeps_every_field() {
+        let c = Counts {
+            window_start_us: 9_999_999_999_000_000 / 3_000 * 3_000,
+            previous: 1_000_000_000_000_000,
+            current: 999_999_999_999_999,
+            updated_at_us: 9_999_999_999_000_000 / 3_000 * 3_000 + 2_999,
+            period_us: 3_000,
+        };
+        assert_eq!(SlidingWindow::pack(&c).counts(), c);
+        let longest = Counts { period_us: crate::limiter::MAX_PERIOD_US, ..Counts::default() };
+        assert_eq!(SlidingWindow::pack(&longest).counts(), longest);
+        assert_eq!(SlidingWindow::pack(&Counts::default()), SlidingWindow::default());
     }
 
     #[test]

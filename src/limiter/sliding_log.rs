@@ -5,25 +5,65 @@ use super::{ms_ceil, Decision, Limiter, Params, NEVER};
 /// Sliding log: the exact admitted units of the last `period`. In every
 /// interval of one `period`, at most `limit` units are admitted.
 ///
-/// The log is a queue of 64-bit words in time order. A call of one unit
-/// costs one word, its time; a call of more units adds a second word, the
-/// count tagged with the top bit (times stay below 2^54), so the log reads
-/// unambiguously from either end. Calls at the same microsecond share an
-/// entry.
+/// The log is a queue of 32-bit words in time order, each entry stored as
+/// the time since the entry before it: one word for a gap under 2^30 µs
+/// (about 18 minutes) and a single unit, more for a longer gap or more
+/// units (see [`Word`]). Calls at the same microsecond share an entry. The
+/// first and last entries' times are kept whole, so the log reads from
+/// either end: expired entries leave from the front, refunds from the back.
+/// Each call brings its `limit` and `period`; the state keeps neither.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SlidingLog {
-    pub(crate) log: VecDeque<u64>,
+    log: VecDeque<u32>,
+    /// The first entry's time (its own gap word is not read).
+    front_at_us: u64,
+    /// The last entry's time.
+    back_at_us: u64,
     /// Sum of the units in `log`.
     pub(crate) used: u64,
     pub(crate) updated_at_us: u64,
-    pub(crate) limit: u64,
-    pub(crate) period_us: u64,
 }
 
-const COUNT_TAG: u64 = 1 << 63;
+/// The kind of a log word, in its top two bits; 30 bits of payload.
+///
+/// An entry is a `GAP` word, or a `LONG_GAP` word (the gap's high 30 bits)
+/// and a `MORE` word (its low 30); then, for more than one unit, a `UNITS`
+/// word (units below 2^30), or a `UNITS` word (the high bits) and a `MORE`
+/// word (the low 30). Only `GAP` and `LONG_GAP` start an entry, so an entry
+/// is found from either end.
+struct Word;
 
-fn is_count(word: u64) -> bool {
-    word & COUNT_TAG != 0
+impl Word {
+    const GAP: u32 = 0b00 << 30;
+    const LONG_GAP: u32 = 0b01 << 30;
+    const MORE: u32 = 0b10 << 30;
+    const UNITS: u32 = 0b11 << 30;
+    const KIND: u32 = 0b11 << 30;
+    const PAYLOAD: u32 = !Word::KIND;
+    const PAYLOAD_BITS: u32 = 30;
+
+    fn kind(word: u32) -> u32 {
+        word & Word::KIND
+    }
+
+    fn payload(word: u32) -> u64 {
+        u64::from(word & Word::PAYLOAD)
+    }
+
+    fn starts_entry(word: u32) -> bool {
+        matches!(Word::kind(word), Word::GAP | Word::LONG_GAP)
+    }
+
+    /// A 60-bit value as one word of `kind` (when it fits 30 bits) or as
+    /// `high_kind` plus a `MORE` word.
+    fn push_value(log: &mut VecDeque<u32>, value: u64, kind: u32, high_kind: u32) {
+        if value < 1 << Word::PAYLOAD_BITS {
+            log.push_back(kind | value as u32);
+        } else {
+            log.push_back(high_kind | (value >> Word::PAYLOAD_BITS) as u32 & Word::PAYLOAD);
+            log.push_back(Word::MORE | value as u32 & Word::PAYLOAD);
+        }
+    }
 }
 
 /// One decoded log entry.
@@ -33,56 +73,132 @@ pub(crate) struct Entry {
     pub(crate) units: u64,
 }
 
-/// Walks a log's words as entries.
+/// An entry as its words say it: its gap from the entry before, its units,
+/// and how many words it takes.
+struct Parsed {
+    gap: u64,
+    units: u64,
+    words: usize,
+}
+
+/// Parses the entry whose first word is at `start`.
+fn parse(log: &VecDeque<u32>, start: usize) -> Option<Parsed> {
+    let word = |i: usize| log.get(i).copied();
+    let first = word(start)?;
+    let (gap, mut next) = match Word::kind(first) {
+        Word::GAP => (Word::payload(first), start + 1),
+        Word::LONG_GAP => {
+            let low = word(start + 1).filter(|w| Word::kind(*w) == Word::MORE)?;
+            (Word::payload(first) << Word::PAYLOAD_BITS | Word::payload(low), start + 2)
+        }
+        _ => return None,
+    };
+    let mut units = 1;
+    if let Some(count) = word(next).filter(|w| Word::kind(*w) == Word::UNITS) {
+        units = Word::payload(count);
+        next += 1;
+        if let Some(low) = word(next).filter(|w| Word::kind(*w) == Word::MORE) {
+            units = units << Word::PAYLOAD_BITS | Word::payload(low);
+            next += 1;
+        }
+    }
+    Some(Parsed { gap, units, words: next - start })
+}
+
+/// Walks a log's entries from the oldest.
 pub(crate) struct Entries<'a> {
-    words: std::iter::Peekable<std::collections::vec_deque::Iter<'a, u64>>,
+    log: &'a VecDeque<u32>,
+    next: usize,
+    at_us: u64,
 }
 
 impl Iterator for Entries<'_> {
     type Item = Entry;
 
     fn next(&mut self) -> Option<Entry> {
-        let at_us = *self.words.next()?;
-        let units = match self.words.next_if(|w| is_count(**w)) {
-            Some(count) => count & !COUNT_TAG,
-            None => 1,
-        };
-        Some(Entry { at_us, units })
+        let parsed = parse(self.log, self.next)?;
+        if self.next > 0 {
+            self.at_us = self.at_us.saturating_add(parsed.gap);
+        }
+        self.next += parsed.words;
+        Some(Entry { at_us: self.at_us, units: parsed.units })
     }
 }
 
 impl SlidingLog {
-    /// Builds a log from entries in strictly increasing time order (the
-    /// codec checks the order, the units and the total).
+    /// An empty log last changed at `updated_at_us`, for the codec to fill.
+    pub(crate) fn empty(updated_at_us: u64) -> SlidingLog {
+        SlidingLog { updated_at_us, ..SlidingLog::default() }
+    }
+
+    pub(crate) fn entries(&self) -> Entries<'_> {
+        Entries { log: &self.log, next: 0, at_us: self.front_at_us }
+    }
+
+    /// Words the log holds room for: its memory.
+    pub(crate) fn capacity_words(&self) -> usize {
+        self.log.capacity()
+    }
+
+    /// Appends an entry later than every entry in the log (the codec checks
+    /// the order and the units; the algorithm keeps them).
     pub(crate) fn push_entry(&mut self, entry: Entry) {
-        self.log.push_back(entry.at_us);
+        let gap = if self.log.is_empty() {
+            self.front_at_us = entry.at_us;
+            0
+        } else {
+            entry.at_us.saturating_sub(self.back_at_us)
+        };
+        Word::push_value(&mut self.log, gap, Word::GAP, Word::LONG_GAP);
         if entry.units > 1 {
-            self.log.push_back(entry.units | COUNT_TAG);
+            Word::push_value(&mut self.log, entry.units, Word::UNITS, Word::UNITS);
         }
+        self.back_at_us = entry.at_us;
         self.used += entry.units;
     }
 
-
-    pub(crate) fn entries(&self) -> Entries<'_> {
-        Entries { words: self.log.iter().peekable() }
+    /// Where the newest entry starts.
+    fn newest_start(&self) -> Option<usize> {
+        (0..self.log.len()).rev().find(|&i| self.log.get(i).is_some_and(|w| Word::starts_entry(*w)))
     }
 
     /// The newest entry, read from the back.
     fn newest(&self) -> Option<Entry> {
-        let len = self.log.len();
-        let last = *self.log.back()?;
-        if is_count(last) {
-            let at_us = *self.log.get(len.checked_sub(2)?)?;
-            Some(Entry { at_us, units: last & !COUNT_TAG })
-        } else {
-            Some(Entry { at_us: last, units: 1 })
-        }
+        let parsed = parse(&self.log, self.newest_start()?)?;
+        Some(Entry { at_us: self.back_at_us, units: parsed.units })
     }
 
-    fn pop_newest(&mut self) {
-        if self.log.pop_back().is_some_and(is_count) {
-            self.log.pop_back();
+    fn pop_newest(&mut self) -> Option<Entry> {
+        let start = self.newest_start()?;
+        let parsed = parse(&self.log, start)?;
+        let entry = Entry { at_us: self.back_at_us, units: parsed.units };
+        self.log.truncate(start);
+        self.used -= entry.units.min(self.used);
+        if self.log.is_empty() {
+            (self.front_at_us, self.back_at_us) = (0, 0);
+        } else {
+            self.back_at_us -= parsed.gap.min(self.back_at_us);
         }
+        Some(entry)
+    }
+
+    fn pop_oldest(&mut self) -> Option<Entry> {
+        let parsed = parse(&self.log, 0)?;
+        let entry = Entry { at_us: self.front_at_us, units: parsed.units };
+        self.log.drain(..parsed.words);
+        self.used -= entry.units.min(self.used);
+        match parse(&self.log, 0) {
+            Some(next) => {
+                self.front_at_us = self.front_at_us.saturating_add(next.gap);
+                // The new first entry's gap is read from front_at_us now: an
+                // empty gap word, as a log built from scratch has.
+                let gap_words = if Word::kind(self.log.front().copied().unwrap_or(0)) == Word::LONG_GAP { 2 } else { 1 };
+                self.log.drain(..gap_words);
+                self.log.push_front(Word::GAP);
+            }
+            None => (self.front_at_us, self.back_at_us) = (0, 0),
+        }
+        Some(entry)
     }
 
     /// Units in entries that have left the window `(now - period, now]`.
@@ -95,19 +211,8 @@ impl SlidingLog {
     }
 
     fn drop_expired(&mut self, period: u64, now: u64) {
-        while let Some(&at_us) = self.log.front() {
-            if at_us.saturating_add(period) > now {
-                break;
-            }
-            self.log.pop_front();
-            let units = match self.log.front() {
-                Some(&w) if is_count(w) => {
-                    self.log.pop_front();
-                    w & !COUNT_TAG
-                }
-                _ => 1,
-            };
-            self.used = self.used.saturating_sub(units);
+        while self.log.front().is_some() && self.front_at_us.saturating_add(period) <= now {
+            self.pop_oldest();
         }
         self.release_spare_capacity();
     }
@@ -128,7 +233,6 @@ impl SlidingLog {
             // Same microsecond as the newest entry: add to it.
             Some(newest) if newest.at_us == now => {
                 self.pop_newest();
-                self.used -= newest.units;
                 self.push_entry(Entry { at_us: now, units: newest.units + units });
             }
             _ => self.push_entry(Entry { at_us: now, units }),
@@ -157,8 +261,6 @@ impl Limiter for SlidingLog {
             self.drop_expired(params.period_us(), now);
             self.push(now, cost);
             self.updated_at_us = now;
-            self.limit = params.limit();
-            self.period_us = params.period_us();
         }
         decision
     }
@@ -197,11 +299,9 @@ impl Limiter for SlidingLog {
         self.drop_expired(period, now);
         let mut left = units.min(self.used);
         while left > 0 {
-            let Some(newest) = self.newest() else { break };
+            let Some(newest) = self.pop_newest() else { break };
             let taken = left.min(newest.units);
             left -= taken;
-            self.pop_newest();
-            self.used -= newest.units;
             if taken < newest.units {
                 self.push_entry(Entry { at_us: newest.at_us, units: newest.units - taken });
             }
@@ -210,8 +310,6 @@ impl Limiter for SlidingLog {
             *self = SlidingLog::default();
         } else {
             self.updated_at_us = now;
-            self.limit = params.limit();
-            self.period_us = period;
         }
         self.release_spare_capacity();
         let reset_after_ms = match self.newest() {
@@ -220,10 +318,6 @@ impl Limiter for SlidingLog {
         };
         let limit = params.limit();
         Decision { allowed: true, limit, remaining: limit.saturating_sub(self.used), retry_after_ms: 0, reset_after_ms }
-    }
-
-    fn last_params(&self) -> Option<Params> {
-        Params::new(self.limit, self.period_us, None).ok()
     }
 }
 
@@ -269,6 +363,7 @@ mod tests {
         state.acquire(&p, 1, 7);
         state.acquire(&p, 5, 7);
         state.acquire(&p, 1, 8);
+        // 7: a gap word and a units word; 8: one gap word.
         assert_eq!(state.log.len(), 3);
         let entries: Vec<_> = state.entries().map(|e| (e.at_us, e.units)).collect();
         assert_eq!(entries, vec![(7, 7), (8, 1)]);
@@ -298,6 +393,46 @@ mod tests {
         let d = state.refund(&p, 5, 400);
         assert_eq!((d.remaining, d.reset_after_ms), (10, 0));
         assert_eq!(state, SlidingLog::default());
+    }
+
+    #[test]
+    fn long_gaps_and_many_units_read_back_from_either_end() {
+        let p = params(1_000_000_000_000_000, crate::limiter::MAX_PERIOD_US);
+        let mut state = SlidingLog::default();
+        let calls = [(5, 1), (6, 1 << 30), (6 + (1 << 30), 3), (7 + (1 << 40), 1), (8 + (1 << 47), (1 << 40) + 5)];
+        for (at, cost) in calls {
+            assert!(state.acquire(&p, cost, at).allowed);
+        }
+        let entries: Vec<_> = state.entries().map(|e| (e.at_us, e.units)).collect();
+        assert_eq!(entries, calls.to_vec());
+        assert_eq!(state.newest(), Some(Entry { at_us: 8 + (1 << 47), units: (1 << 40) + 5 }));
+        state.refund(&p, (1 << 40) + 6, 9 + (1 << 47));
+        let entries: Vec<_> = state.entries().map(|e| (e.at_us, e.units)).collect();
+        assert_eq!(entries, vec![(5, 1), (6, 1 << 30), (6 + (1 << 30), 3)]);
+        state.pop_oldest();
+        assert_eq!(state.entries().next(), Some(Entry { at_us: 6, units: 1 << 30 }));
+        state.pop_oldest();
+        let entries: Vec<_> = state.entries().map(|e| (e.at_us, e.units)).collect();
+        assert_eq!(entries, vec![(6 + (1 << 30), 3)]);
+        // Popped down, the log is the one built from its entries.
+        let mut rebuilt = SlidingLog::empty(state.updated_at_us);
+        rebuilt.push_entry(Entry { at_us: 6 + (1 << 30), units: 3 });
+        assert_eq!(state, rebuilt);
+    }
+
+    #[test]
+    fn a_logged_call_takes_one_word() {
+        let p = params(100_000, S);
+        let mut state = SlidingLog::default();
+        for i in 0..100_000 {
+            state.acquire(&p, 1, 1_000 + i);
+        }
+        assert_eq!(state.log.len(), 100_000);
+        assert!(state.capacity_words() * 4 <= 100_000 * 6, "{} words of room", state.capacity_words());
+        // All expire: the memory comes back.
+        state.acquire(&p, 1, 10 * S);
+        assert_eq!(state.log.len(), 1);
+        assert!(state.capacity_words() <= 8, "{} words of room", state.capacity_words());
     }
 
     #[test]

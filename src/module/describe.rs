@@ -1,61 +1,98 @@
 //! `THROTTLE.INFO key [AT µs]`: what a limiter key holds, changing nothing.
+//!
+//! Each state reports what it keeps. The windows keep no `limit` (each call
+//! brings it), so for them INFO reports the units `used` instead of
+//! `remaining`; FIXED and SLIDING EXACT keep no `period` either, so their
+//! `reset_after` is the key's TTL, which every change sets to it. The
+//! buckets keep their parameters and report them with `remaining`.
 
-use std::ffi::c_char;
+use std::ffi::CStr;
 
-use super::ffi::{self, cstr, Ctx, Key, RString, Slot};
+
+use super::ffi::{self, Ctx, Key, RString, Slot};
 use super::types::Stored;
 use crate::args::{parse_u64, ArgError};
-use crate::limiter::{
-    Decision, FixedWindow, LeakyBucket, Params, SlidingLog, SlidingWindow, TokenBucket, MAX_TIME_US,
-};
+use crate::limiter::{FixedWindow, LeakyBucket, Limiter, SlidingLog, SlidingWindow, TokenBucket, MAX_TIME_US};
 
-/// The facts one state shows besides its parameters.
+/// A field's name and value.
+type Field = (&'static CStr, i64);
+
+fn int(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+/// The facts one state shows.
 trait Describe: Stored {
     const ALGORITHM: &'static [u8];
-    fn updated_at_us(&self) -> u64;
-    /// SLIDING EXACT's log entries; others have none.
-    fn entries(&self) -> Option<u64> {
-        None
-    }
+    /// The fields after `algorithm`, at `now_us`; `ttl_ms` is the key's TTL
+    /// (-1 when it has none), its `reset_after` where the state cannot tell.
+    fn fields(&self, now_us: u64, ttl_ms: i64) -> Vec<Field>;
 }
 
 impl Describe for FixedWindow {
     const ALGORITHM: &'static [u8] = b"fixed";
-    fn updated_at_us(&self) -> u64 {
-        self.updated_at_us
+    fn fields(&self, _now_us: u64, ttl_ms: i64) -> Vec<Field> {
+        vec![
+            (c"window_start", int(self.window_start_us)),
+            (c"used", int(self.count)),
+            (c"updated_at", int(self.updated_at_us)),
+            (c"reset_after", ttl_ms),
+        ]
     }
 }
 
 impl Describe for SlidingWindow {
     const ALGORITHM: &'static [u8] = b"sliding";
-    fn updated_at_us(&self) -> u64 {
-        self.updated_at_us
+    fn fields(&self, now_us: u64, _ttl_ms: i64) -> Vec<Field> {
+        let c = self.counts();
+        let (used, reset_after_ms) = c.at(now_us);
+        vec![
+            (c"period_ms", int(c.period_us / 1000)),
+            (c"window_start", int(c.window_start_us)),
+            (c"previous", int(c.previous)),
+            (c"current", int(c.current)),
+            (c"used", int(used)),
+            (c"updated_at", int(c.updated_at_us)),
+            (c"reset_after", int(reset_after_ms)),
+        ]
     }
 }
 
 impl Describe for SlidingLog {
     const ALGORITHM: &'static [u8] = b"sliding-exact";
-    fn updated_at_us(&self) -> u64 {
-        self.updated_at_us
-    }
-    fn entries(&self) -> Option<u64> {
-        Some(self.entries().count() as u64)
-    }
-}
-
-impl Describe for TokenBucket {
-    const ALGORITHM: &'static [u8] = b"token";
-    fn updated_at_us(&self) -> u64 {
-        self.0.updated_at_us
+    fn fields(&self, _now_us: u64, ttl_ms: i64) -> Vec<Field> {
+        vec![
+            (c"entries", int(self.entries().count() as u64)),
+            (c"used", int(self.used)),
+            (c"updated_at", int(self.updated_at_us)),
+            (c"reset_after", ttl_ms),
+        ]
     }
 }
 
-impl Describe for LeakyBucket {
-    const ALGORITHM: &'static [u8] = b"leaky";
-    fn updated_at_us(&self) -> u64 {
-        self.0.updated_at_us
-    }
+macro_rules! describe_bucket {
+    ($state:ty, $name:literal) => {
+        impl Describe for $state {
+            const ALGORITHM: &'static [u8] = $name;
+            fn fields(&self, now_us: u64, _ttl_ms: i64) -> Vec<Field> {
+                let bucket = self.bucket();
+                let Some(params) = bucket.last_params() else { return Vec::new() };
+                // A peek: COST 0 changes nothing.
+                let now = self.check(&params, 0, now_us);
+                vec![
+                    (c"limit", int(params.limit())),
+                    (c"period_ms", int(params.period_us() / 1000)),
+                    (c"burst", int(params.burst())),
+                    (c"updated_at", int(bucket.updated_at_us)),
+                    (c"remaining", int(now.remaining)),
+                    (c"reset_after", int(now.reset_after_ms)),
+                ]
+            }
+        }
+    };
 }
+describe_bucket!(TokenBucket, b"token");
+describe_bucket!(LeakyBucket, b"leaky");
 
 pub(crate) fn info(ctx: Ctx, argv: &[RString]) {
     let (key_name, at_us) = match argv {
@@ -89,36 +126,15 @@ pub(crate) fn info(ctx: Ctx, argv: &[RString]) {
 
 /// Replies and returns true when the key holds a `T`.
 fn describe<T: Describe>(ctx: Ctx, key: &mut Key, now_us: u64) -> bool {
+    let ttl_ms = key.ttl_ms();
     let Slot::Mine(state) = key.slot::<T>(T::redis_type()) else { return false };
-    let Some(params) = state.last_params() else {
-        ffi::reply_error(ctx, "ERR the key holds no parameters");
-        return true;
-    };
-    // A peek: COST 0 changes nothing.
-    let now = state.check(&params, 0, now_us);
-    reply(ctx, T::ALGORITHM, &params, state.updated_at_us(), state.entries(), &now);
-    true
-}
-
-fn reply(ctx: Ctx, algorithm: &[u8], params: &Params, updated_at_us: u64, entries: Option<u64>, now: &Decision) {
-    let bucket = algorithm == b"token" || algorithm == b"leaky";
-    let fields = 6 + usize::from(bucket) + usize::from(entries.is_some());
-    ffi::reply_map(ctx, fields);
-    let int = |name: *const c_char, value: i64| {
-        ffi::reply_simple(ctx, name);
+    let fields = state.fields(now_us, ttl_ms);
+    ffi::reply_map(ctx, fields.len() + 1);
+    ffi::reply_simple(ctx, ffi::cstr!("algorithm"));
+    ffi::reply_string(ctx, T::ALGORITHM);
+    for (name, value) in fields {
+        ffi::reply_simple(ctx, name.as_ptr());
         ffi::reply_integer(ctx, value);
-    };
-    ffi::reply_simple(ctx, cstr!("algorithm"));
-    ffi::reply_string(ctx, algorithm);
-    int(cstr!("limit"), params.limit() as i64);
-    int(cstr!("period_ms"), (params.period_us() / 1000) as i64);
-    if bucket {
-        int(cstr!("burst"), params.burst() as i64);
     }
-    int(cstr!("updated_at"), updated_at_us as i64);
-    if let Some(entries) = entries {
-        int(cstr!("entries"), entries as i64);
-    }
-    int(cstr!("remaining"), now.remaining as i64);
-    int(cstr!("reset_after"), now.reset_after_ms as i64);
+    true
 }

@@ -117,6 +117,20 @@ impl<'a> Key<'a> {
         }
     }
 
+    /// The key's TTL in ms, or -1 when it has none.
+    pub(crate) fn ttl_ms(&self) -> i64 {
+        if self.ptr.is_null() {
+            return -1;
+        }
+        // SAFETY: the key is open.
+        let ttl = unsafe { raw::RedisModule_GetExpire.map_or(-1, |f| f(self.ptr)) };
+        if ttl == raw::REDISMODULE_NO_EXPIRE as i64 {
+            -1
+        } else {
+            ttl
+        }
+    }
+
     pub(crate) fn set_expire_ms(&mut self, ms: u64) {
         let ms = i64::try_from(ms).unwrap_or(i64::MAX).max(1);
         // SAFETY: the key is open for writing and holds a value.

@@ -49,7 +49,7 @@ impl Stored for SlidingLog {
         &EXACT_TYPE
     }
     fn heap_bytes(&self) -> usize {
-        self.log.capacity() * std::mem::size_of::<u64>()
+        self.capacity_words() * std::mem::size_of::<u32>()
     }
 }
 
