@@ -13,7 +13,7 @@ use redis_module::raw;
 use super::ffi::{cstr, Ctx, Key, RString, Slot};
 use super::propagation::{self, decimal, signed_decimal};
 use super::reply::CommandError;
-use super::types::Stored;
+use super::types::{Snapshot, Stored};
 use crate::args::{Algorithm, Call};
 use crate::limiter::{Decision, FixedWindow, LeakyBucket, SlidingLog, SlidingWindow, TokenBucket};
 
@@ -41,7 +41,9 @@ pub(crate) enum Mode {
 }
 
 /// Runs one call on the key and, when the state changed, settles the key
-/// and propagates the call with its time.
+/// and propagates the change: the new state whole with the instant it
+/// expires (a SLIDING EXACT log, which can be long, as the call with its
+/// time), or the key's deletion.
 pub(crate) fn execute(
     ctx: Ctx,
     key_name: RString,
@@ -55,14 +57,41 @@ pub(crate) fn execute(
     if outcome.changed {
         let now_ms = server_now_ms(call, now_us);
         settle(&mut key, algorithm, &outcome, call, now_ms);
+        let reset_after_ms = outcome.decision.reset_after_ms;
+        let snapshot = if reset_after_ms > 0 { snapshot(&mut key, algorithm, call.exact) } else { None };
         drop(key);
-        let full = || propagate(ctx, key_name, algorithm, call, now_us, now_ms);
+        let full = || match snapshot {
+            _ if reset_after_ms == 0 => propagation::delete(ctx, key_name),
+            Some(state) => {
+                let expire_at_ms = call.ttl_from_ms.unwrap_or(now_ms).saturating_add(reset_after_ms);
+                propagation::set_state(ctx, key_name, state.bytes(), expire_at_ms)
+            }
+            None => propagate(ctx, key_name, algorithm, call, now_us, now_ms),
+        };
         match origin {
             Origin::Handler { context_flags } => propagation::send(ctx, context_flags, full),
             Origin::Waiter => full(),
         }
     }
     Ok(outcome)
+}
+
+/// The key's state as `THROTTLE._SET` carries it: every type but SLIDING
+/// EXACT, whose log is replicated as the call that changed it.
+fn snapshot(key: &mut Key, algorithm: Algorithm, exact: bool) -> Option<Snapshot> {
+    fn of<T: Stored>(key: &mut Key) -> Option<Snapshot> {
+        match key.slot::<T>(T::redis_type()) {
+            Slot::Mine(state) => Snapshot::of(state),
+            _ => None,
+        }
+    }
+    match (algorithm, exact) {
+        (Algorithm::Fixed, _) => of::<FixedWindow>(key),
+        (Algorithm::Sliding, false) => of::<SlidingWindow>(key),
+        (Algorithm::Sliding, true) => None,
+        (Algorithm::Token, _) => of::<TokenBucket>(key),
+        (Algorithm::Leaky, _) => of::<LeakyBucket>(key),
+    }
 }
 
 /// What the call would answer now, changing nothing (the key is only read).

@@ -22,26 +22,18 @@
 //! words after an `ERR` code; a key of another type gets WRONGTYPE (where
 //! redis-cell would crash).
 //!
-//! Propagation is deterministic, and only when the state changed:
-//! - the key held the call's parameters (or nothing): `THROTTLE.TOKEN key
-//!   <count> <period>s COST <quantity> AT <now_us> TTLFROM <now_ms> BURST
-//!   <max_burst + 1>` (a refund's COST is capped at the burst, which already empties the
-//!   bucket); the replica runs the same bucket step, TTL and deletion;
-//! - the key held other parameters (redis-cell keeps the debt in time where
-//!   THROTTLE.TOKEN would keep tokens): the converted state itself,
-//!   `THROTTLE._LOAD key thr-token <version> <words>` then `PEXPIREAT key
-//!   <unix ms>`, or `DEL key` when the bucket is full again.
-
-use std::ffi::c_char;
+//! Propagation is deterministic, and only when the state changed: the
+//! bucket itself with the instant it is full again (`THROTTLE._SET`), or
+//! `DEL key` when it is full already.
 
 use redis_module::raw;
 
 use super::docs::{ArgDoc, KEY_ARG};
 use super::ffi::{self, cstr, Ctx, Key, RString, Slot};
+use super::propagation;
 use super::stats::{self, Counter};
-use super::types::{Stored, TOKEN_TYPE};
-use crate::codec::{Codec, ENCODING_VERSION};
-use crate::limiter::cell::{self as mapping, CellError, CellQuota, CellReply, Change, Outcome};
+use super::types::{Snapshot, TOKEN_TYPE};
+use crate::limiter::cell::{self as mapping, CellError, CellQuota, CellReply, Change};
 use crate::limiter::TokenBucket;
 
 const INTEGER: raw::RedisModuleCommandArgType = raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER;
@@ -99,14 +91,10 @@ fn run(ctx: Ctx, argv: &[RString]) -> Result<CellReply, Failure> {
 
     let mut key = Key::open(ctx, key_name);
     let now_us = super::clock::now_us();
-    let mut words = Vec::new();
     let (outcome, settled) = match key.slot::<TokenBucket>(&TOKEN_TYPE) {
         Slot::Other => return Err(Failure::WrongType),
         Slot::Mine(state) => {
             let outcome = mapping::throttle(state, &quota, quantity, now_us);
-            if matches!(outcome.change, Change::Stored { .. }) {
-                state.encode(&mut |w| words.push(w));
-            }
             let settled = match outcome.change {
                 Change::None => false,
                 Change::Token { ttl_ms: 0, .. } | Change::Emptied => {
@@ -123,9 +111,6 @@ fn run(ctx: Ctx, argv: &[RString]) -> Result<CellReply, Failure> {
         Slot::Empty => {
             let mut state = TokenBucket::default();
             let outcome = mapping::throttle(&mut state, &quota, quantity, now_us);
-            if matches!(outcome.change, Change::Stored { .. }) {
-                state.encode(&mut |w| words.push(w));
-            }
             let settled = match outcome.change {
                 Change::None | Change::Token { ttl_ms: 0, .. } | Change::Emptied => false,
                 Change::Token { ttl_ms, .. } | Change::Stored { ttl_ms } => {
@@ -139,109 +124,29 @@ fn run(ctx: Ctx, argv: &[RString]) -> Result<CellReply, Failure> {
             (outcome, settled)
         }
     };
-    if settled {
-        let deleted = matches!(outcome.change, Change::Token { ttl_ms: 0, .. } | Change::Emptied);
-        key.changed(cstr!("cl.throttle"), deleted);
+    if !settled {
+        return outcome.reply.map_err(Failure::Cell);
     }
+    let ttl_ms = match outcome.change {
+        Change::Token { ttl_ms, .. } | Change::Stored { ttl_ms } => ttl_ms,
+        Change::None | Change::Emptied => 0,
+    };
+    key.changed(cstr!("cl.throttle"), ttl_ms == 0);
+    let snapshot = match key.slot::<TokenBucket>(&TOKEN_TYPE) {
+        Slot::Mine(state) if ttl_ms > 0 => Snapshot::of(state),
+        _ => None,
+    };
     drop(key);
-    if settled && quantity < 0 {
+    if quantity < 0 {
         super::wait::units_returned(ctx, key_name);
     }
-    if settled {
-        let flags = super::ffi::context_flags(ctx);
-        super::propagation::send(ctx, flags, || propagate(ctx, key_name, &quota, &outcome, &words));
-    }
+    // Replicas and the AOF get the bucket whole with the instant it is full
+    // again (redis-cell's own command would run again on their clocks), or
+    // its deletion.
+    let flags = ffi::context_flags(ctx);
+    propagation::send(ctx, flags, || match snapshot {
+        Some(state) => propagation::set_state(ctx, key_name, state.bytes(), now_us / 1000 + ttl_ms),
+        None => propagation::delete(ctx, key_name),
+    });
     outcome.reply.map_err(Failure::Cell)
-}
-
-fn propagate(ctx: Ctx, key: RString, quota: &CellQuota, outcome: &Outcome, words: &[u64]) {
-    // SAFETY: reading a function pointer Redis set at load time.
-    let Some(replicate) = (unsafe { raw::RedisModule_Replicate }) else {
-        return;
-    };
-    let params = quota.params();
-    match outcome.change {
-        Change::None => {}
-        Change::Token { cost, .. } => {
-            let mut buffer = [0u8; 24];
-            let period = super::propagation::decimal(quota.period_s(), b"s", &mut buffer);
-            let at = i64::try_from(outcome.now_us).unwrap_or(i64::MAX);
-            let limit = i64::try_from(params.limit()).unwrap_or(i64::MAX);
-            let burst = i64::try_from(params.burst()).unwrap_or(i64::MAX);
-            // SAFETY: each format letter matches its argument: s =
-            // RedisModuleString, l = long long, b = buffer and length, c = C
-            // string.
-            unsafe {
-                replicate(
-                    ctx,
-                    cstr!("THROTTLE.TOKEN"),
-                    cstr!("slbclclclcl"),
-                    key,
-                    limit,
-                    period.as_ptr().cast::<c_char>(),
-                    period.len(),
-                    cstr!("COST"),
-                    cost,
-                    cstr!("AT"),
-                    at,
-                    cstr!("TTLFROM"),
-                    now_ms(),
-                    cstr!("BURST"),
-                    burst,
-                );
-            }
-        }
-        Change::Stored { ttl_ms } => replicate_state(ctx, key, words, ttl_ms),
-        Change::Emptied => {
-            // SAFETY: s = RedisModuleString.
-            unsafe {
-                replicate(ctx, cstr!("DEL"), cstr!("s"), key);
-            }
-        }
-    }
-}
-
-/// `THROTTLE._LOAD key thr-token <version> <words>` and `PEXPIREAT key <unix ms>`
-/// (Redis wraps the two in MULTI/EXEC).
-fn replicate_state(ctx: Ctx, key: RString, words: &[u64], ttl_ms: u64) {
-    // SAFETY: reading function pointers Redis set at load time.
-    let pointers = unsafe { (raw::RedisModule_Replicate, raw::RedisModule_CreateString, raw::RedisModule_FreeString) };
-    let (Some(replicate), Some(create), Some(free)) = pointers else {
-        return;
-    };
-    let mut strings: Vec<RString> = Vec::with_capacity(words.len());
-    for w in words {
-        let text = w.to_string();
-        // SAFETY: Redis copies the buffer into a new string we free below.
-        strings.push(unsafe { create(ctx, text.as_ptr().cast::<c_char>(), text.len()) });
-    }
-    let name = <TokenBucket as Stored>::NAME;
-    let ttl = i64::try_from(ttl_ms).unwrap_or(i64::MAX).max(1);
-    // SAFETY: s = RedisModuleString, b = buffer and length, l = long long,
-    // v = array of RedisModuleString and its length (Redis takes its own
-    // references to them).
-    unsafe {
-        replicate(
-            ctx,
-            cstr!("THROTTLE._LOAD"),
-            cstr!("sblv"),
-            key,
-            name.as_ptr().cast::<c_char>(),
-            name.len(),
-            i64::from(ENCODING_VERSION),
-            strings.as_mut_ptr(),
-            strings.len(),
-        );
-        // Absolute, so a late replica or an AOF replay expires it when the
-        // master does.
-        replicate(ctx, cstr!("PEXPIREAT"), cstr!("sl"), key, now_ms().saturating_add(ttl));
-        for s in strings {
-            free(ctx, s);
-        }
-    }
-}
-
-/// The server's clock in Unix ms, as the propagated forms carry it.
-fn now_ms() -> i64 {
-    i64::try_from(super::clock::now_us() / 1000).unwrap_or(i64::MAX)
 }

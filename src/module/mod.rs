@@ -52,6 +52,7 @@ handler!(sliding_cmd, |ctx, args| commands::throttle(ctx, args, Algorithm::Slidi
 handler!(token_cmd, |ctx, args| commands::throttle(ctx, args, Algorithm::Token));
 handler!(leaky_cmd, |ctx, args| commands::throttle(ctx, args, Algorithm::Leaky));
 handler!(load_cmd, types::load_command);
+handler!(set_cmd, types::set_command);
 handler!(all_cmd, all::throttle_all);
 handler!(info_cmd, describe::info);
 handler!(cell_cmd, cell::cl_throttle);
@@ -194,6 +195,22 @@ static COMMANDS: &[Command] = &[
             key_flags: KEY_OVERWRITTEN,
         },
         handler: load_cmd,
+        flags: "write deny-oom admin",
+    },
+    Command {
+        doc: CommandDoc {
+            name: "THROTTLE._SET",
+            summary: "Internal: sets a key to a THROTTLE state and its expiry (how changes reach replicas and the AOF).",
+            complexity: "O(1)",
+            arity: 4,
+            args: &[
+                KEY_ARG,
+                docs::ArgDoc { name: "state", kind: raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING, token: None, optional: false, multiple: false },
+                docs::ArgDoc { name: "unix-time-milliseconds", kind: raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER, token: None, optional: false, multiple: false },
+            ],
+            key_flags: KEY_OVERWRITTEN,
+        },
+        handler: set_cmd,
         flags: "write deny-oom admin",
     },
     Command {

@@ -143,6 +143,40 @@ fn replicate_verbatim(ctx: Ctx) {
     }
 }
 
+/// Replicates a change as its effect: `THROTTLE._SET key <state>
+/// <unix-ms>`, the state whole and the instant it expires (replicas and the
+/// AOF then hold exactly the master's value, expiring when it does).
+pub(crate) fn set_state(ctx: Ctx, key: RString, state: &[u8], expire_at_ms: u64) {
+    let mut buffer = [0u8; 24];
+    let at = decimal(expire_at_ms, b"", &mut buffer);
+    // SAFETY: s = RedisModuleString, b = buffer and length; the buffers
+    // outlive the call (Redis copies them).
+    unsafe {
+        if let Some(replicate) = raw::RedisModule_Replicate {
+            replicate(
+                ctx,
+                cstr!("THROTTLE._SET"),
+                cstr!("sbb"),
+                key,
+                state.as_ptr().cast::<c_char>(),
+                state.len(),
+                at.as_ptr().cast::<c_char>(),
+                at.len(),
+            );
+        }
+    }
+}
+
+/// Replicates a key's deletion (a refund that left it idle).
+pub(crate) fn delete(ctx: Ctx, key: RString) {
+    // SAFETY: s = RedisModuleString.
+    unsafe {
+        if let Some(replicate) = raw::RedisModule_Replicate {
+            replicate(ctx, cstr!("DEL"), cstr!("s"), key);
+        }
+    }
+}
+
 /// `n` in decimal followed by `suffix` (at most 4 bytes), written at the
 /// end of `buffer`.
 pub(crate) fn decimal<'a>(n: u64, suffix: &[u8], buffer: &'a mut [u8; 24]) -> &'a [u8] {

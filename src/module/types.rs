@@ -16,6 +16,10 @@ use crate::limiter::{FixedWindow, LeakyBucket, Limiter, SlidingLog, SlidingWindo
 pub(crate) trait Stored: Limiter + Codec + Clone + 'static {
     /// The type's name as `TYPE` shows it (exactly 9 characters).
     const NAME: &'static str;
+    /// The byte that names the type in `THROTTLE._SET`.
+    const TAG: u8;
+    /// The keyspace event of a change that sets the state whole.
+    const EVENT: *const std::ffi::c_char;
     fn redis_type() -> &'static RedisType;
     /// Bytes held outside the state itself.
     fn heap_bytes(&self) -> usize {
@@ -24,11 +28,13 @@ pub(crate) trait Stored: Limiter + Codec + Clone + 'static {
 }
 
 macro_rules! stored {
-    ($state:ty, $static:ident, $name:literal) => {
+    ($state:ty, $static:ident, $name:literal, $tag:literal, $event:literal) => {
         pub(crate) static $static: RedisType = RedisType::new($name, ENCODING_VERSION, methods::<$state>());
 
         impl Stored for $state {
             const NAME: &'static str = $name;
+            const TAG: u8 = $tag;
+            const EVENT: *const std::ffi::c_char = cstr!($event);
             fn redis_type() -> &'static RedisType {
                 &$static
             }
@@ -36,15 +42,17 @@ macro_rules! stored {
     };
 }
 
-stored!(FixedWindow, FIXED_TYPE, "thr-fixed");
-stored!(SlidingWindow, SLIDING_TYPE, "thr-slide");
-stored!(TokenBucket, TOKEN_TYPE, "thr-token");
-stored!(LeakyBucket, LEAKY_TYPE, "thr-leaky");
+stored!(FixedWindow, FIXED_TYPE, "thr-fixed", 1, "throttle.fixed");
+stored!(SlidingWindow, SLIDING_TYPE, "thr-slide", 2, "throttle.sliding");
+stored!(TokenBucket, TOKEN_TYPE, "thr-token", 4, "throttle.token");
+stored!(LeakyBucket, LEAKY_TYPE, "thr-leaky", 5, "throttle.leaky");
 
 pub(crate) static EXACT_TYPE: RedisType = RedisType::new("thr-exact", ENCODING_VERSION, methods::<SlidingLog>());
 
 impl Stored for SlidingLog {
     const NAME: &'static str = "thr-exact";
+    const TAG: u8 = 3;
+    const EVENT: *const std::ffi::c_char = cstr!("throttle.sliding");
     fn redis_type() -> &'static RedisType {
         &EXACT_TYPE
     }
@@ -256,11 +264,11 @@ pub(crate) fn load_command(ctx: ffi::Ctx, argv: &[ffi::RString]) {
     };
     let mut words = words.into_iter();
     let result = match ffi::bytes(*type_name) {
-        b"thr-fixed" => load_into::<FixedWindow>(ctx, *key, version, &mut words),
-        b"thr-slide" => load_into::<SlidingWindow>(ctx, *key, version, &mut words),
-        b"thr-exact" => load_into::<SlidingLog>(ctx, *key, version, &mut words),
-        b"thr-token" => load_into::<TokenBucket>(ctx, *key, version, &mut words),
-        b"thr-leaky" => load_into::<LeakyBucket>(ctx, *key, version, &mut words),
+        b"thr-fixed" => load_into::<FixedWindow>(ctx, *key, version, &mut words, None),
+        b"thr-slide" => load_into::<SlidingWindow>(ctx, *key, version, &mut words, None),
+        b"thr-exact" => load_into::<SlidingLog>(ctx, *key, version, &mut words, None),
+        b"thr-token" => load_into::<TokenBucket>(ctx, *key, version, &mut words, None),
+        b"thr-leaky" => load_into::<LeakyBucket>(ctx, *key, version, &mut words, None),
         _ => Err("ERR unknown THROTTLE type"),
     };
     match result {
@@ -269,11 +277,15 @@ pub(crate) fn load_command(ctx: ffi::Ctx, argv: &[ffi::RString]) {
     }
 }
 
+/// Sets the key to the state the words hold, and, with `expire_at_ms`, its
+/// expiry to that instant (a moment from now if it has passed: the key is
+/// the master's until its own expiry propagates).
 fn load_into<T: Stored>(
     ctx: ffi::Ctx,
     key: ffi::RString,
     version: i32,
     words: &mut dyn Iterator<Item = u64>,
+    expire_at_ms: Option<u64>,
 ) -> Result<(), &'static str> {
     let state = T::decode(version, &mut WordsLeft(words)).map_err(|_| "ERR invalid THROTTLE state")?;
     if words.next().is_some() {
@@ -281,7 +293,13 @@ fn load_into<T: Stored>(
     }
     let mut key = ffi::Key::open(ctx, key);
     key.set(T::redis_type(), state).then_some(()).ok_or("ERR could not store the state")?;
-    key.changed(cstr!("throttle._load"), false);
+    match expire_at_ms {
+        Some(at_ms) => {
+            key.set_expire_ms(at_ms.saturating_sub(super::clock::now_us() / 1000));
+            key.changed(T::EVENT, false);
+        }
+        None => key.changed(cstr!("throttle._load"), false),
+    }
     // SAFETY: plain call on the command's context.
     unsafe {
         if let Some(f) = raw::RedisModule_ReplicateVerbatim {
@@ -296,5 +314,68 @@ struct WordsLeft<'a>(&'a mut dyn Iterator<Item = u64>);
 impl WordSource for WordsLeft<'_> {
     fn word(&mut self) -> Result<u64, DecodeError> {
         self.0.next().ok_or(DecodeError::Truncated)
+    }
+}
+
+/// A state as `THROTTLE._SET` carries it: its type's tag, the encoding
+/// version, then its words, little-endian. Made on the stack: replicating
+/// a change allocates nothing for it.
+pub(crate) struct Snapshot {
+    bytes: [u8; Snapshot::CAPACITY],
+    len: usize,
+}
+
+impl Snapshot {
+    /// Room for the largest fixed-size state (the buckets' six words).
+    const CAPACITY: usize = 2 + 8 * 6;
+
+    pub(crate) fn of<T: Stored>(state: &T) -> Option<Snapshot> {
+        let mut snapshot = Snapshot { bytes: [0; Snapshot::CAPACITY], len: 2 };
+        snapshot.bytes[0] = T::TAG;
+        snapshot.bytes[1] = ENCODING_VERSION as u8;
+        let mut fits = true;
+        state.encode(&mut |w| match snapshot.bytes.get_mut(snapshot.len..snapshot.len + 8) {
+            Some(slot) => {
+                slot.copy_from_slice(&w.to_le_bytes());
+                snapshot.len += 8;
+            }
+            None => fits = false,
+        });
+        fits.then_some(snapshot)
+    }
+
+    pub(crate) fn bytes(&self) -> &[u8] {
+        self.bytes.get(..self.len).unwrap_or_default()
+    }
+}
+
+/// `THROTTLE._SET key state unix-ms`: sets a key to a state (a [`Snapshot`])
+/// expiring at `unix-ms`, the master's instant. How a change reaches
+/// replicas and the AOF: its effect, exactly, rather than a call to run
+/// again. The state is validated like a RESTORE payload.
+pub(crate) fn set_command(ctx: ffi::Ctx, argv: &[ffi::RString]) {
+    let [_, key, state, expire_at] = argv else {
+        return ffi::reply_wrong_arity(ctx);
+    };
+    let Some(expire_at_ms) = crate::args::parse_u64(ffi::bytes(*expire_at)) else {
+        return ffi::reply_error(ctx, "ERR invalid expiry");
+    };
+    let (tag, version, body) = match ffi::bytes(*state) {
+        [tag, version, body @ ..] if body.len() % 8 == 0 => (*tag, i32::from(*version), body),
+        _ => return ffi::reply_error(ctx, "ERR invalid THROTTLE state"),
+    };
+    let words = &mut body.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()));
+    let at = Some(expire_at_ms);
+    let result = match tag {
+        FixedWindow::TAG => load_into::<FixedWindow>(ctx, *key, version, words, at),
+        SlidingWindow::TAG => load_into::<SlidingWindow>(ctx, *key, version, words, at),
+        SlidingLog::TAG => load_into::<SlidingLog>(ctx, *key, version, words, at),
+        TokenBucket::TAG => load_into::<TokenBucket>(ctx, *key, version, words, at),
+        LeakyBucket::TAG => load_into::<LeakyBucket>(ctx, *key, version, words, at),
+        _ => Err("ERR unknown THROTTLE type"),
+    };
+    match result {
+        Ok(()) => ffi::reply_simple_ok(ctx),
+        Err(message) => ffi::reply_error(ctx, message),
     }
 }
