@@ -481,6 +481,7 @@ def main():
         info = c.info("server")
         results["redis_version"] = info["redis_version"]
         results["server"] = ("Valkey " + info["valkey_version"]) if "valkey_version" in info else ("Redis " + info["redis_version"])
+        results["server_version"] = subprocess.run([SERVER_BINARY, "--version"], capture_output=True, text=True).stdout.strip()
 
         phases = [
             ("main", lambda: main_comparison(server, cmds, results)),

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # `make bench`: criterion micro-benchmarks of the pure algorithms, then the
-# end-to-end comparison (bench/e2e.py: its own redis-servers on free
-# loopback ports, redis-benchmark for INCR, every THROTTLE command and the
-# Lua scripts of bench/lua/), then bench/results.md and bench/chart.svg
-# (bench/report.py), and the side-by-side table on stdout.
+# end-to-end comparison on each server make test runs (bench/e2e.py: its
+# own servers on free loopback ports, redis-benchmark for INCR, SET ... PX,
+# every THROTTLE command and the Lua scripts of bench/lua/), then
+# bench/results.md and bench/chart.svg (bench/report.py), and one
+# side-by-side table per server on stdout.
 #
 # Honours CARGO_TARGET_DIR (default target/) to find the module and the
-# criterion results, and CARGO (default cargo).
+# criterion results, CARGO (default cargo), BENCH_CELL (a redis-cell build
+# to compare with) and BENCH_SERVERS (which servers: debian, redis8, valkey).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,8 +29,21 @@ echo "== 1/3 criterion micro-benchmarks (cargo bench --bench algorithms)" >&2
 # $target/criterion by report.py.
 "$cargo" bench --bench algorithms -- --noplot >&2
 
-echo "== 2/3 end-to-end (bench/e2e.py)" >&2
-python3 bench/e2e.py "$module" "$work/e2e.json"
+servers_dir="$(scripts/servers.sh "$target/servers" | head -1 | xargs dirname | xargs dirname)"
+runs=()
+for server in ${BENCH_SERVERS:-debian redis8 valkey}; do
+  case "$server" in
+    # Debian's Redis 7.0 gets every phase; the others the ones the targets
+    # need (their scaling and log-length behaviour is the same code).
+    debian) binary=redis-server; phases=main,memory,loglen,persistence,scaling ;;
+    redis8) binary="$servers_dir/redis-8.2.3/redis-server"; phases=main,memory,persistence ;;
+    valkey) binary="$servers_dir/valkey-8.1.8/valkey-server"; phases=main,memory,persistence ;;
+    *) echo "unknown server $server (debian, redis8, valkey)" >&2; exit 1 ;;
+  esac
+  echo "== 2/3 end-to-end on $server (bench/e2e.py)" >&2
+  BENCH_SERVER="$binary" BENCH_PHASES="${BENCH_PHASES:-$phases}" python3 bench/e2e.py "$module" "$work/e2e-$server.json"
+  runs+=("$work/e2e-$server.json")
+done
 
 echo "== 3/3 report" >&2
-python3 bench/report.py "$work/e2e.json" "$target/criterion" "$start" bench
+python3 bench/report.py "$target/criterion" "$start" bench "${runs[@]}"
