@@ -111,10 +111,10 @@ pub(crate) fn server_now_ms(call: &Call, now_us: u64) -> u64 {
 
 /// After a change: the key expires when it is idle again, `reset_after`
 /// after the call (after the master's call, for a propagated one), and an
-/// idle key is deleted. Every change sets the expiry, so one taken away
-/// (PERSIST, a RESTORE without TTL) comes back with the next change. Then
-/// the server hears of the change: `throttle.<algorithm>`, and `del` for a
-/// deletion.
+/// idle key is deleted. Every change leaves the TTL at `reset_after`, so one
+/// taken away (PERSIST, a RESTORE without TTL) comes back with the next
+/// change. Then the server hears of the change: `throttle.<algorithm>`, and
+/// `del` for a deletion.
 pub(crate) fn settle(key: &mut Key, algorithm: Algorithm, outcome: &Outcome, call: &Call, now_ms: u64) {
     let reset_after_ms = outcome.decision.reset_after_ms;
     let deleted = reset_after_ms == 0;
@@ -125,7 +125,15 @@ pub(crate) fn settle(key: &mut Key, algorithm: Algorithm, outcome: &Outcome, cal
             Some(from_ms) => (from_ms + reset_after_ms).saturating_sub(now_ms),
             None => reset_after_ms,
         };
-        key.set_expire_ms(ttl_ms);
+        // A window's end stays put while its calls are admitted, and so
+        // does the TTL that points at it: reading the TTL (the key's lookup
+        // has just read it too) is cheaper than setting it again. Within a
+        // millisecond it is the same instant, rounded on another call's
+        // clock.
+        let window = matches!(algorithm, Algorithm::Fixed) || (algorithm == Algorithm::Sliding && !call.exact);
+        if !(window && key.ttl_ms().abs_diff(ttl_ms as i64) <= 1) {
+            key.set_expire_ms(ttl_ms);
+        }
     }
     key.changed(event_name(algorithm), deleted);
 }
