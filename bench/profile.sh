@@ -4,7 +4,9 @@
 #
 #   bench/profile.sh [MODULE.so] [OUT_DIR]
 #
-# For INCR and each THROTTLE command: redis-server runs under
+# For INCR and each THROTTLE command: redis-server runs (in an empty
+# directory: an old dump.rdb with replication data would give it a
+# replication backlog, and the calls a full propagated command) under
 # `valgrind --tool=callgrind` on a free loopback port, instrumentation is
 # switched on only around one fixed load (redis-benchmark -P 16 -c 50,
 # BENCH_PROF_N calls over BENCH_PROF_KEYS keys, so about 10 calls per key as
@@ -49,7 +51,7 @@ profile() { # name, then the command with __rand_int__ in its key
   port="$(free_port)"
   file="$out/callgrind.$name.out"
   valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$file" \
-    redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --loadmodule "$module" \
+    redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$(mktemp -d)" --loadmodule "$module" \
     >"$out/valgrind.$name.log" 2>&1 &
   server=$!
   for _ in $(seq 600); do redis-cli -p "$port" PING >/dev/null 2>&1 && break; sleep 0.1; done
