@@ -18,8 +18,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::{
-    blocked_clients, call, command, error, info_number, info_value, master_and_replica, open, send_raw, sync, throttle,
-    wait_for, waiting, Reply, Server, Waiter, READ_TIMEOUT,
+    blocked_clients, call, command, error, info_number, info_field, master_and_replica, open, send_raw, sync, throttle,
+    wait_until, waiting, Reply, Server, Waiter, READ_TIMEOUT,
 };
 use redis::Value;
 
@@ -58,7 +58,7 @@ struct Counters {
 
 fn counters(c: &mut redis::Connection, command: &str) -> Counters {
     let field = format!("throttle_{command}");
-    let line = info_value(c, "throttle", &field).unwrap_or_else(|| panic!("no {field} in INFO throttle"));
+    let line = info_field(c, "throttle", &field).unwrap_or_else(|| panic!("no {field} in INFO throttle"));
     let mut out = Counters::default();
     for pair in line.split(',') {
         let (name, value) = pair.split_once('=').unwrap_or_else(|| panic!("{field}:{line}"));
@@ -379,9 +379,9 @@ fn a_waiter_that_disconnects_leaves_nothing_behind() {
     let before = Instant::now();
     assert_eq!(throttle(&mut c, line).0, 1);
     let gone = send_raw(server.port, &format!("{line} BLOCK 0"));
-    wait_for("the raw client to wait", Duration::from_secs(5), || waiting(&mut c) == 1 && blocked_clients(&mut c) == 1);
+    wait_until("the raw client to wait", Duration::from_secs(5), || waiting(&mut c) == 1 && blocked_clients(&mut c) == 1);
     drop(gone);
-    wait_for("the module to forget the client", Duration::from_secs(5), || {
+    wait_until("the module to forget the client", Duration::from_secs(5), || {
         waiting(&mut c) == 0 && blocked_clients(&mut c) == 0
     });
     // The next caller gets the next window: the one that left took nothing.
@@ -407,7 +407,7 @@ fn crowd(server: &Server, c: &mut redis::Connection, line: &str, leave: impl FnO
     let clients: Vec<TcpStream> = (0..CROWD).map(|_| send_raw(server.port, line)).collect();
     leave(c);
     drop(clients);
-    wait_for("the crowd to leave", Duration::from_secs(10), || {
+    wait_until("the crowd to leave", Duration::from_secs(10), || {
         info_number(c, "clients", "connected_clients") == 1 && waiting(c) == 0 && blocked_clients(c) == 0
     });
 }
@@ -422,7 +422,7 @@ fn waiters_that_disconnect_free_their_memory() {
     assert_eq!(throttle(&mut c, "THROTTLE.FIXED mem 1 1h").0, 1);
     let line = "THROTTLE.FIXED mem 1 1h BLOCK 0";
     let all_waiting = |c: &mut redis::Connection| {
-        wait_for("the crowd to wait", Duration::from_secs(10), || waiting(c) == CROWD as i64);
+        wait_until("the crowd to wait", Duration::from_secs(10), || waiting(c) == CROWD as i64);
     };
     crowd(&server, &mut c, line, all_waiting);
     let before = used_memory(&mut c);
@@ -445,7 +445,7 @@ fn waiters_that_time_out_free_their_memory() {
     let mut all_timed_out = |c: &mut redis::Connection| {
         rounds += 1;
         let want = rounds * CROWD as u64;
-        wait_for("the crowd to time out", Duration::from_secs(10), || counters(c, "fixed").timed_out == want);
+        wait_until("the crowd to time out", Duration::from_secs(10), || counters(c, "fixed").timed_out == want);
     };
     crowd(&server, &mut c, line, &mut all_timed_out);
     let before = used_memory(&mut c);
@@ -997,7 +997,7 @@ fn start_cluster() -> Vec<Server> {
     );
     for node in &nodes {
         let mut c = open(&node.url());
-        wait_for("cluster_state:ok", Duration::from_secs(20), || {
+        wait_until("cluster_state:ok", Duration::from_secs(20), || {
             call::<String>(&mut c, "CLUSTER INFO").is_ok_and(|s| s.contains("cluster_state:ok"))
         });
     }

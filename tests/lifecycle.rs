@@ -18,7 +18,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::{
-    call, error, free_cluster_port, info_number, info_value, master_and_replica, open, sync, throttle, wait_for,
+    call, error, free_cluster_port, info_number, info_field, master_and_replica, open, sync, throttle, wait_until,
     waiting, Server, Waiter,
 };
 
@@ -62,7 +62,7 @@ fn a_waiter_due_during_a_write_pause_is_served_after_it() {
         if mode == "WRITE" {
             // Reads go on: the window ends (the key reads as missing), the
             // waiter's time comes, and still nothing is written.
-            wait_for("the window to end during the pause", Duration::from_secs(2), || exists(&mut c, "p") == 0);
+            wait_until("the window to end during the pause", Duration::from_secs(2), || exists(&mut c, "p") == 0);
             let offset = info_number(&mut c, "replication", "master_repl_offset");
             while paused_at.elapsed() < pause - Duration::from_millis(400) {
                 assert_eq!(info_number(&mut c, "replication", "master_repl_offset"), offset, "propagated during the pause");
@@ -91,11 +91,11 @@ fn failover_unblocks_waiters_and_keeps_both_servers_up() {
     let e = waiter.error();
     assert!(e.to_string().contains("UNBLOCKED"), "{e}");
     let mut r = open(&replica.url());
-    wait_for("the replica to take over", Duration::from_secs(20), || {
-        info_value(&mut r, "replication", "role").as_deref() == Some("master")
+    wait_until("the replica to take over", Duration::from_secs(20), || {
+        info_field(&mut r, "replication", "role").as_deref() == Some("master")
     });
-    wait_for("the old master to follow it", Duration::from_secs(20), || {
-        info_value(&mut c, "replication", "master_link_status").as_deref() == Some("up")
+    wait_until("the old master to follow it", Duration::from_secs(20), || {
+        info_field(&mut c, "replication", "master_link_status").as_deref() == Some("up")
     });
     assert_eq!(throttle(&mut r, MINUTE_LIMIT).0, 0, "the new master holds the used limiter");
     assert_eq!(waiting(&mut c), 0);
@@ -142,8 +142,8 @@ fn a_refused_load_leaves_nothing_behind() {
     let _: () = call(&mut c, "SET s 1").expect("SET");
     let _: i64 = call(&mut c, "DEL s").expect("DEL");
     let _: String = call(&mut c, "BGSAVE").expect("BGSAVE");
-    wait_for("BGSAVE", Duration::from_secs(20), || info_number(&mut c, "persistence", "rdb_bgsave_in_progress") == 0);
-    assert_eq!(info_value(&mut c, "persistence", "rdb_last_bgsave_status").as_deref(), Some("ok"));
+    wait_until("BGSAVE", Duration::from_secs(20), || info_number(&mut c, "persistence", "rdb_bgsave_in_progress") == 0);
+    assert_eq!(info_field(&mut c, "persistence", "rdb_last_bgsave_status").as_deref(), Some("ok"));
     let _: () = call(&mut c, "FLUSHALL").expect("FLUSHALL");
     let _: String = call(&mut c, "DEBUG RELOAD").expect("DEBUG RELOAD");
     assert!(server.alive());
@@ -153,7 +153,7 @@ fn a_refused_load_leaves_nothing_behind() {
     assert_eq!(throttle(&mut c, MINUTE_LIMIT).0, 1);
     assert_eq!(call::<String>(&mut c, "CL.THROTTLE k 1 1 1").expect("CL.THROTTLE"), "OWNED");
     let _: String = call(&mut c, "BGSAVE").expect("BGSAVE");
-    wait_for("BGSAVE", Duration::from_secs(20), || info_number(&mut c, "persistence", "rdb_bgsave_in_progress") == 0);
+    wait_until("BGSAVE", Duration::from_secs(20), || info_number(&mut c, "persistence", "rdb_bgsave_in_progress") == 0);
     assert!(server.alive());
 }
 
@@ -208,7 +208,7 @@ fn two_node_cluster() -> Cluster {
     let _: () = call(&mut a, "CLUSTER ADDSLOTSRANGE 0 16383").expect("ADDSLOTSRANGE");
     let _: () = call(&mut a, &format!("CLUSTER MEET 127.0.0.1 {}", nodes[1].port)).expect("MEET");
     for c in [&mut a, &mut b] {
-        wait_for("the cluster to form", Duration::from_secs(20), || {
+        wait_until("the cluster to form", Duration::from_secs(20), || {
             let info: String = call(c, "CLUSTER INFO").unwrap_or_default();
             let nodes: String = call(c, "CLUSTER NODES").unwrap_or_default();
             info.contains("cluster_state:ok") && nodes.lines().count() == 2 && !nodes.contains("handshake")
@@ -514,7 +514,7 @@ fn waiters_over_a_cap_answer_at_once_and_are_counted() {
     assert_eq!(config(&mut c, "max-waiters-per-key"), "1000");
     assert_eq!(config(&mut c, "max-waiters"), "5", "set from the server's configuration");
     let over_cap = |c: &mut redis::Connection| {
-        let line = info_value(c, "throttle", "throttle_fixed").unwrap_or_default();
+        let line = info_field(c, "throttle", "throttle_fixed").unwrap_or_default();
         line.split(',').find_map(|f| f.strip_prefix("over_cap=")).and_then(|v| v.parse::<i64>().ok()).unwrap_or(-1)
     };
     assert_eq!(over_cap(&mut c), 0);

@@ -74,7 +74,8 @@ final class SideBySideTest extends TestCase
         for ($i = 0; $i < count($pairs); $i += 2) {
             $info[$pairs[$i]] = $pairs[$i + 1];
         }
-        $this->assertSame([0, self::T0 * 1_000_000 + 500_000], [$info['remaining'], $info['updated_at']]);
+        // A fixed window keeps the units it admitted (20 of 20: none left).
+        $this->assertSame([20, self::T0 * 1_000_000 + 500_000], [$info['used'], $info['updated_at']]);
     }
 
     /** Laravel's key lives 2 x every; the module's exactly to its window's end. */

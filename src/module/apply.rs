@@ -13,7 +13,7 @@ use redis_module::raw;
 use super::ffi::{cstr, Ctx, Key, RString, Slot};
 use super::propagation::{self, decimal, signed_decimal};
 use super::reply::CommandError;
-use super::types::{Snapshot, Stored};
+use super::types::{event_name, Snapshot, Stored};
 use crate::args::{Algorithm, Call};
 use crate::limiter::{Decision, FixedWindow, LeakyBucket, SlidingLog, SlidingWindow, TokenBucket};
 
@@ -136,16 +136,6 @@ pub(crate) fn settle(key: &mut Key, algorithm: Algorithm, outcome: &Outcome, cal
         }
     }
     key.changed(event_name(algorithm), deleted);
-}
-
-/// The keyspace event of a change made by `algorithm`'s command.
-fn event_name(algorithm: Algorithm) -> *const c_char {
-    match algorithm {
-        Algorithm::Fixed => cstr!("throttle.fixed"),
-        Algorithm::Sliding => cstr!("throttle.sliding"),
-        Algorithm::Token => cstr!("throttle.token"),
-        Algorithm::Leaky => cstr!("throttle.leaky"),
-    }
 }
 
 pub(crate) fn run_on_key(

@@ -23,14 +23,14 @@ fn int(value: u64) -> i64 {
 
 /// The facts one state shows.
 trait Describe: Stored {
-    const ALGORITHM: &'static [u8];
+    const INFO_NAME: &'static [u8];
     /// The fields after `algorithm`, at `now_us`; `ttl_ms` is the key's TTL
     /// (-1 when it has none), its `reset_after` where the state cannot tell.
     fn fields(&self, now_us: u64, ttl_ms: i64) -> Vec<Field>;
 }
 
 impl Describe for FixedWindow {
-    const ALGORITHM: &'static [u8] = b"fixed";
+    const INFO_NAME: &'static [u8] = b"fixed";
     fn fields(&self, _now_us: u64, ttl_ms: i64) -> Vec<Field> {
         vec![
             (c"window_start", int(self.window_start_us)),
@@ -42,7 +42,7 @@ impl Describe for FixedWindow {
 }
 
 impl Describe for SlidingWindow {
-    const ALGORITHM: &'static [u8] = b"sliding";
+    const INFO_NAME: &'static [u8] = b"sliding";
     fn fields(&self, now_us: u64, _ttl_ms: i64) -> Vec<Field> {
         let c = self.counts();
         let (used, reset_after_ms) = c.at(now_us);
@@ -59,7 +59,7 @@ impl Describe for SlidingWindow {
 }
 
 impl Describe for SlidingLog {
-    const ALGORITHM: &'static [u8] = b"sliding-exact";
+    const INFO_NAME: &'static [u8] = b"sliding-exact";
     fn fields(&self, _now_us: u64, ttl_ms: i64) -> Vec<Field> {
         vec![
             (c"entries", int(self.entries().count() as u64)),
@@ -73,7 +73,7 @@ impl Describe for SlidingLog {
 macro_rules! describe_bucket {
     ($state:ty, $name:literal) => {
         impl Describe for $state {
-            const ALGORITHM: &'static [u8] = $name;
+            const INFO_NAME: &'static [u8] = $name;
             fn fields(&self, now_us: u64, _ttl_ms: i64) -> Vec<Field> {
                 let bucket = self.bucket();
                 let Some(params) = bucket.last_params() else { return Vec::new() };
@@ -131,7 +131,7 @@ fn describe<T: Describe>(ctx: Ctx, key: &mut Key, now_us: u64) -> bool {
     let fields = state.fields(now_us, ttl_ms);
     ffi::reply_map(ctx, fields.len() + 1);
     ffi::reply_simple(ctx, ffi::cstr!("algorithm"));
-    ffi::reply_string(ctx, T::ALGORITHM);
+    ffi::reply_string(ctx, T::INFO_NAME);
     for (name, value) in fields {
         ffi::reply_simple(ctx, name.as_ptr());
         ffi::reply_integer(ctx, value);

@@ -9,6 +9,7 @@ use redis_module::native_types::RedisType;
 use redis_module::raw;
 
 use super::ffi::{self, cstr};
+use crate::args::Algorithm;
 use crate::codec::{Codec, DecodeError, WordSource, ENCODING_VERSION};
 use crate::limiter::{FixedWindow, LeakyBucket, Limiter, SlidingLog, SlidingWindow, TokenBucket};
 
@@ -18,8 +19,8 @@ pub(crate) trait Stored: Limiter + Codec + Clone + 'static {
     const NAME: &'static str;
     /// The byte that names the type in `THROTTLE._SET`.
     const TAG: u8;
-    /// The keyspace event of a change that sets the state whole.
-    const EVENT: *const std::ffi::c_char;
+    /// The command family that changes it.
+    const ALGORITHM: Algorithm;
     fn redis_type() -> &'static RedisType;
     /// Bytes held outside the state itself.
     fn heap_bytes(&self) -> usize {
@@ -28,13 +29,13 @@ pub(crate) trait Stored: Limiter + Codec + Clone + 'static {
 }
 
 macro_rules! stored {
-    ($state:ty, $static:ident, $name:literal, $tag:literal, $event:literal) => {
+    ($state:ty, $static:ident, $name:literal, $tag:literal, $algorithm:expr) => {
         pub(crate) static $static: RedisType = RedisType::new($name, ENCODING_VERSION, methods::<$state>());
 
         impl Stored for $state {
             const NAME: &'static str = $name;
             const TAG: u8 = $tag;
-            const EVENT: *const std::ffi::c_char = cstr!($event);
+            const ALGORITHM: Algorithm = $algorithm;
             fn redis_type() -> &'static RedisType {
                 &$static
             }
@@ -42,17 +43,27 @@ macro_rules! stored {
     };
 }
 
-stored!(FixedWindow, FIXED_TYPE, "thr-fixed", 1, "throttle.fixed");
-stored!(SlidingWindow, SLIDING_TYPE, "thr-slide", 2, "throttle.sliding");
-stored!(TokenBucket, TOKEN_TYPE, "thr-token", 4, "throttle.token");
-stored!(LeakyBucket, LEAKY_TYPE, "thr-leaky", 5, "throttle.leaky");
+stored!(FixedWindow, FIXED_TYPE, "thr-fixed", 1, Algorithm::Fixed);
+stored!(SlidingWindow, SLIDING_TYPE, "thr-slide", 2, Algorithm::Sliding);
+stored!(TokenBucket, TOKEN_TYPE, "thr-token", 4, Algorithm::Token);
+stored!(LeakyBucket, LEAKY_TYPE, "thr-leaky", 5, Algorithm::Leaky);
+
+/// The keyspace event of a change made by `algorithm`'s command.
+pub(crate) const fn event_name(algorithm: Algorithm) -> *const std::ffi::c_char {
+    match algorithm {
+        Algorithm::Fixed => cstr!("throttle.fixed"),
+        Algorithm::Sliding => cstr!("throttle.sliding"),
+        Algorithm::Token => cstr!("throttle.token"),
+        Algorithm::Leaky => cstr!("throttle.leaky"),
+    }
+}
 
 pub(crate) static EXACT_TYPE: RedisType = RedisType::new("thr-exact", ENCODING_VERSION, methods::<SlidingLog>());
 
 impl Stored for SlidingLog {
     const NAME: &'static str = "thr-exact";
     const TAG: u8 = 3;
-    const EVENT: *const std::ffi::c_char = cstr!("throttle.sliding");
+    const ALGORITHM: Algorithm = Algorithm::Sliding;
     fn redis_type() -> &'static RedisType {
         &EXACT_TYPE
     }
@@ -296,7 +307,7 @@ fn load_into<T: Stored>(
     match expire_at_ms {
         Some(at_ms) => {
             key.set_expire_ms(at_ms.saturating_sub(super::clock::now_us() / 1000));
-            key.changed(T::EVENT, false);
+            key.changed(event_name(T::ALGORITHM), false);
         }
         None => key.changed(cstr!("throttle._load"), false),
     }

@@ -408,24 +408,8 @@ pub fn command(line: &str) -> redis::Cmd {
     cmd
 }
 
-/// Polls `condition` every 5 ms until it holds, failing after `timeout`.
-pub fn wait_for(what: &str, timeout: Duration, mut condition: impl FnMut() -> bool) {
-    let timeout = timeout * slowdown();
-    let deadline = Instant::now() + timeout;
-    while !condition() {
-        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-pub fn info_value(c: &mut redis::Connection, section: &str, field: &str) -> Option<String> {
-    let text: String = call(c, &format!("INFO {section}")).expect("INFO");
-    let prefix = format!("{field}:");
-    text.lines().find_map(|l| l.strip_prefix(&prefix)).map(|v| v.trim().to_string())
-}
-
 pub fn info_number(c: &mut redis::Connection, section: &str, field: &str) -> i64 {
-    let value = info_value(c, section, field).unwrap_or_else(|| panic!("no {field} in INFO {section}"));
+    let value = info_field(c, section, field).unwrap_or_else(|| panic!("no {field} in INFO {section}"));
     value.parse().unwrap_or_else(|_| panic!("{field}:{value} is not a number"))
 }
 
@@ -479,7 +463,7 @@ impl Waiter {
     /// waiters in all: callers started one after another arrive in order.
     pub fn queued(url: &str, c: &mut redis::Connection, line: &str, n: i64) -> Waiter {
         let waiter = Waiter::start(url, line);
-        wait_for(&format!("`{line}` to wait ({n} waiting)"), Duration::from_secs(5), || {
+        wait_until(&format!("`{line}` to wait ({n} waiting)"), Duration::from_secs(5), || {
             waiting(c) == n && blocked_clients(c) == n
         });
         waiter
@@ -517,8 +501,8 @@ pub fn master_and_replica_with(extra: &[&str]) -> (Server, Server) {
     let port = master.port.to_string();
     let replica = Server::start_with(&["--replicaof", "127.0.0.1", &port]);
     let mut r = open(&replica.url());
-    wait_for("the replica to sync", Duration::from_secs(20), || {
-        info_value(&mut r, "replication", "master_link_status").as_deref() == Some("up")
+    wait_until("the replica to sync", Duration::from_secs(20), || {
+        info_field(&mut r, "replication", "master_link_status").as_deref() == Some("up")
     });
     (master, replica)
 }
