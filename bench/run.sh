@@ -3,8 +3,9 @@
 # end-to-end comparison on each server make test runs (bench/e2e.py: its
 # own servers on free loopback ports, redis-benchmark for INCR, SET ... PX,
 # every THROTTLE command and the Lua scripts of bench/lua/), then
-# bench/results.md and bench/chart.svg (bench/report.py), and one
-# side-by-side table per server on stdout.
+# bench/results.md and bench/chart.svg (bench/report.py, from the
+# measurements it keeps in bench/e2e-<server>.json), and one side-by-side
+# table per server on stdout.
 #
 # Honours CARGO_TARGET_DIR (default target/) to find the module and the
 # criterion results, CARGO (default cargo), BENCH_CELL (a redis-cell build
@@ -20,8 +21,6 @@ for tool in redis-server redis-benchmark redis-cli python3; do
   command -v "$tool" >/dev/null || { echo "bench needs $tool" >&2; exit 1; }
 done
 
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
 start="$(date +%s)"
 
 echo "== 1/3 criterion micro-benchmarks (cargo bench --bench algorithms)" >&2
@@ -29,7 +28,8 @@ echo "== 1/3 criterion micro-benchmarks (cargo bench --bench algorithms)" >&2
 # $target/criterion by report.py.
 "$cargo" bench --bench algorithms -- --noplot >&2
 
-servers_dir="$(scripts/servers.sh "$target/servers" | head -1 | xargs dirname | xargs dirname)"
+servers_dir="$target/servers"
+scripts/servers.sh "$servers_dir" >/dev/null
 runs=()
 for server in ${BENCH_SERVERS:-debian redis8 valkey}; do
   case "$server" in
@@ -41,8 +41,8 @@ for server in ${BENCH_SERVERS:-debian redis8 valkey}; do
     *) echo "unknown server $server (debian, redis8, valkey)" >&2; exit 1 ;;
   esac
   echo "== 2/3 end-to-end on $server (bench/e2e.py)" >&2
-  BENCH_SERVER="$binary" BENCH_PHASES="${BENCH_PHASES:-$phases}" python3 bench/e2e.py "$module" "$work/e2e-$server.json"
-  runs+=("$work/e2e-$server.json")
+  BENCH_SERVER="$binary" BENCH_PHASES="${BENCH_PHASES:-$phases}" python3 bench/e2e.py "$module" "bench/e2e-$server.json"
+  runs+=("bench/e2e-$server.json")
 done
 
 echo "== 3/3 report" >&2
