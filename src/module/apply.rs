@@ -127,11 +127,12 @@ pub(crate) fn settle(key: &mut Key, algorithm: Algorithm, outcome: &Outcome, cal
         };
         // A window's end stays put while its calls are admitted, and so
         // does the TTL that points at it: reading the TTL (the key's lookup
-        // has just read it too) is cheaper than setting it again. Within a
-        // millisecond it is the same instant, rounded on another call's
-        // clock.
+        // has just read it too) is cheaper than setting it again. A TTL up
+        // to a millisecond short is the same instant, rounded on another
+        // call's clock; never one longer than `reset_after`.
         let window = matches!(algorithm, Algorithm::Fixed) || (algorithm == Algorithm::Sliding && !call.exact);
-        if !(window && key.ttl_ms().abs_diff(ttl_ms as i64) <= 1) {
+        let ttl = i64::try_from(ttl_ms).unwrap_or(i64::MAX);
+        if !(window && (ttl - 1..=ttl).contains(&key.ttl_ms())) {
             key.set_expire_ms(ttl_ms);
         }
     }
