@@ -253,6 +253,14 @@ impl SlidingLog {
     }
 }
 
+/// Until the log is empty again: one period after its newest entry.
+fn reset_after_ms(newest_at_us: Option<u64>, used: u64, period: u64, now: u64) -> u64 {
+    match newest_at_us {
+        Some(at_us) if used > 0 => ms_ceil(u128::from(at_us + period - now)),
+        _ => 0,
+    }
+}
+
 impl Limiter for SlidingLog {
     fn acquire(&mut self, params: &Params, cost: u64, now_us: u64) -> Decision {
         let decision = self.check(params, cost, now_us);
@@ -284,10 +292,7 @@ impl Limiter for SlidingLog {
         } else {
             (used, self.newest().map(|e| e.at_us))
         };
-        let reset_after_ms = match newest_at {
-            Some(at_us) if used_after > 0 => ms_ceil(u128::from(at_us + period - now)),
-            _ => 0,
-        };
+        let reset_after_ms = reset_after_ms(newest_at, used_after, period, now);
         Decision { allowed, limit, remaining: limit.saturating_sub(used_after), retry_after_ms, reset_after_ms }
     }
 
@@ -312,10 +317,7 @@ impl Limiter for SlidingLog {
             self.updated_at_us = now;
         }
         self.release_spare_capacity();
-        let reset_after_ms = match self.newest() {
-            Some(entry) if self.used > 0 => ms_ceil(u128::from(entry.at_us + period - now)),
-            _ => 0,
-        };
+        let reset_after_ms = reset_after_ms(self.newest().map(|e| e.at_us), self.used, period, now);
         let limit = params.limit();
         Decision { allowed: true, limit, remaining: limit.saturating_sub(self.used), retry_after_ms: 0, reset_after_ms }
     }

@@ -58,15 +58,18 @@ pub(crate) fn execute(
         let now_ms = server_now_ms(call, now_us);
         settle(&mut key, algorithm, &outcome, call, now_ms);
         let reset_after_ms = outcome.decision.reset_after_ms;
-        let snapshot = if reset_after_ms > 0 { snapshot(&mut key, algorithm, call.exact) } else { None };
-        drop(key);
-        let full = || match snapshot {
-            _ if reset_after_ms == 0 => propagation::delete(ctx, key_name),
-            Some(state) => {
-                let expire_at_ms = call.ttl_from_ms.unwrap_or(now_ms).saturating_add(reset_after_ms);
-                propagation::set_state(ctx, key_name, state.bytes(), expire_at_ms)
+        // Made only when someone receives it: the key stays open until then.
+        let full = move || {
+            let snapshot = if reset_after_ms > 0 { snapshot(&mut key, algorithm, call.exact) } else { None };
+            drop(key);
+            match snapshot {
+                _ if reset_after_ms == 0 => propagation::delete(ctx, key_name),
+                Some(state) => {
+                    let expire_at_ms = call.ttl_from_ms.unwrap_or(now_ms).saturating_add(reset_after_ms);
+                    propagation::set_state(ctx, key_name, state.bytes(), expire_at_ms)
+                }
+                None => propagate(ctx, key_name, algorithm, call, now_us, now_ms),
             }
-            None => propagate(ctx, key_name, algorithm, call, now_us, now_ms),
         };
         match origin {
             Origin::Handler { context_flags } => propagation::send(ctx, context_flags, full),

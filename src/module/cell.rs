@@ -132,21 +132,23 @@ fn run(ctx: Ctx, argv: &[RString]) -> Result<CellReply, Failure> {
         Change::None | Change::Emptied => 0,
     };
     key.changed(cstr!("cl.throttle"), ttl_ms == 0);
-    let snapshot = match key.slot::<TokenBucket>(&TOKEN_TYPE) {
-        Slot::Mine(state) if ttl_ms > 0 => Snapshot::of(state),
-        _ => None,
-    };
-    drop(key);
     if quantity < 0 {
         super::wait::units_returned(ctx, key_name);
     }
     // Replicas and the AOF get the bucket whole with the instant it is full
     // again (redis-cell's own command would run again on their clocks), or
-    // its deletion.
+    // its deletion; made only when someone receives it.
     let flags = ffi::context_flags(ctx);
-    propagation::send(ctx, flags, || match snapshot {
-        Some(state) => propagation::set_state(ctx, key_name, state.bytes(), now_us / 1000 + ttl_ms),
-        None => propagation::delete(ctx, key_name),
+    propagation::send(ctx, flags, move || {
+        let snapshot = match key.slot::<TokenBucket>(&TOKEN_TYPE) {
+            Slot::Mine(state) if ttl_ms > 0 => Snapshot::of(state),
+            _ => None,
+        };
+        drop(key);
+        match snapshot {
+            Some(state) => propagation::set_state(ctx, key_name, state.bytes(), now_us / 1000 + ttl_ms),
+            None => propagation::delete(ctx, key_name),
+        }
     });
     outcome.reply.map_err(Failure::Cell)
 }

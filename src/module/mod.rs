@@ -274,9 +274,9 @@ fn register(ctx: Ctx, command: &Command) -> bool {
 /// Servers with module ACL categories (7.2+) get `@write`/`@read`,
 /// `@fast` and, where modules may add categories, `@throttle`; the
 /// internal commands (`THROTTLE._*`) are in neither `@throttle` nor
-/// `@fast`, and `THROTTLE._LOAD`, which overwrites any key, is `@admin
-/// @dangerous`. On 7.0 module commands have no categories: grant them by
-/// name (README).
+/// `@fast`, and those that overwrite any key (`THROTTLE._LOAD`,
+/// `THROTTLE._SET`) are `@admin @dangerous`. On 7.0 module commands have
+/// no categories: grant them by name (README).
 fn set_acl_categories(ctx: Ctx, name: &CString, flags: &str) -> bool {
     // SAFETY: called from OnLoad with the module's context; the strings
     // outlive the calls.
