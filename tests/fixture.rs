@@ -1,7 +1,9 @@
-//! Encoding version 1 stays loadable: `tests/fixtures/v1.rdb` was written
-//! once by `write_fixture` (run it with `--ignored` only to add keys, never to
-//! "fix" a failing `v1_fixture_loads`: that failure means today's build
-//! cannot read yesterday's data).
+//! Earlier encodings stay loadable: `tests/fixtures/v1.rdb` and `v2.rdb`
+//! were each written once by `write_fixture` with a build of that version
+//! (run it with `--ignored` and `THROTTLE_FIXTURE=vN.rdb` only to add a
+//! version, never to "fix" a failing `fixtures_load`: that failure means
+//! today's build cannot read yesterday's data). Both hold the same keys,
+//! made by the same calls.
 
 mod common;
 
@@ -15,10 +17,10 @@ const T0: u64 = 1_700_000_000_000_000;
 /// Each key: name, type, the calls that built it (`AT` is added), the peek
 /// that reads it (`COST 0 AT` is added), the digest, the peek's reply.
 ///
-/// The digest is the loaded value's in today's encoding (version 2): the
-/// windows left their parameters out of version 2, so their digests differ
-/// from the ones `write_fixture` printed under version 1; the buckets' did
-/// not change. The peeks are the ones version 1 answered.
+/// The digest is the loaded value's in today's encoding: the windows left
+/// fields out of later versions, so their digests differ from the ones
+/// `write_fixture` printed under version 1; the buckets' did not change.
+/// The peeks are the ones version 1 answered.
 struct Key {
     name: &'static str,
     kind: &'static str,
@@ -82,18 +84,21 @@ const KEYS: &[Key] = &[
     },
 ];
 
-fn fixture_path() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/v1.rdb")
+/// The committed fixtures, oldest first.
+const FIXTURES: &[&str] = &["v1.rdb", "v2.rdb"];
+
+fn fixture_path(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
 }
 
 fn peek_line(key: &Key) -> String {
     format!("{} COST 0 AT {PEEK_AT}{}", key.head, key.tail)
 }
 
-/// Writes `tests/fixtures/v1.rdb` and prints each key's digest and peek
-/// reply, to be pasted into `KEYS`.
+/// Writes `tests/fixtures/$THROTTLE_FIXTURE` and prints each key's digest
+/// and peek reply, to be pasted into `KEYS`.
 #[test]
-#[ignore = "wrote the committed version 1 fixture with a version 1 build; kept to show how"]
+#[ignore = "wrote the committed fixtures, each with a build of its version; kept to show how"]
 fn write_fixture() {
     let server = Server::start();
     let mut c = server.conn();
@@ -109,30 +114,36 @@ fn write_fixture() {
     }
     let ok: String = call(&mut c, "SAVE").expect("SAVE");
     assert_eq!(ok, "OK");
-    std::fs::create_dir_all(fixture_path().parent().expect("a parent")).expect("fixtures dir");
-    std::fs::copy(server.dir.path().join("dump.rdb"), fixture_path()).expect("copy the RDB");
+    let name = std::env::var("THROTTLE_FIXTURE").expect("THROTTLE_FIXTURE names the file to write");
+    std::fs::copy(server.dir.path().join("dump.rdb"), fixture_path(&name)).expect("copy the RDB");
 }
 
 #[test]
-fn v1_fixture_loads() {
-    let fixture = fixture_path();
+fn fixtures_load() {
+    for name in FIXTURES {
+        fixture_loads(name);
+    }
+}
+
+fn fixture_loads(name: &str) {
+    let fixture = fixture_path(name);
     let server = Server::start_prepared(
         common::free_port(),
         |dir| {
-            std::fs::copy(&fixture, dir.join("v1.rdb")).expect("copy the fixture");
+            std::fs::copy(&fixture, dir.join("fixture.rdb")).expect("copy the fixture");
         },
-        &["--dbfilename", "v1.rdb"],
+        &["--dbfilename", "fixture.rdb"],
     );
     let mut c = server.conn();
     let size: i64 = call(&mut c, "DBSIZE").expect("DBSIZE");
-    assert_eq!(size, KEYS.len() as i64, "the fixture loaded; log:\n{}", server.log());
+    assert_eq!(size, KEYS.len() as i64, "{name} loaded; log:\n{}", server.log());
     for key in KEYS {
         let kind: String = call(&mut c, &format!("TYPE {}", key.name)).expect("TYPE");
-        assert_eq!(kind, key.kind, "{}", key.name);
+        assert_eq!(kind, key.kind, "{name} {}", key.name);
         let ttl: i64 = call(&mut c, &format!("PTTL {}", key.name)).expect("PTTL");
-        assert_eq!(ttl, -1, "{} has no TTL", key.name);
-        assert_eq!(digest(&mut c, key.name), key.digest, "{}: digest", key.name);
-        assert_eq!(throttle(&mut c, &peek_line(key)), key.peek, "{}: peek at {PEEK_AT}", key.name);
+        assert_eq!(ttl, -1, "{name} {} has no TTL", key.name);
+        assert_eq!(digest(&mut c, key.name), key.digest, "{name} {}: digest", key.name);
+        assert_eq!(throttle(&mut c, &peek_line(key)), key.peek, "{name} {}: peek at {PEEK_AT}", key.name);
     }
     // The loaded states run: one more call on each behaves as on the
     // original.
