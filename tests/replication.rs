@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{call, info_field, same_values_on_replica, wait_until, KeyTtls, Rng, Server};
+use common::{info_field, same_values_on_replica, wait_until, KeyTtls, Rng, Server};
 
 /// One key's fixed parameters; the workload's calls vary only COST.
 struct Limit {
@@ -116,8 +116,7 @@ fn workload_then_compare(max_lag_ms: i64) {
     const OPS: usize = PHASES * BATCHES * BATCH;
     assert!(admitted > OPS / 4 && admitted < OPS, "a mix of admitted and limited calls: {admitted}");
 
-    let acked: i64 = call(&mut m, "WAIT 1 5000").expect("WAIT");
-    assert_eq!(acked, 1, "the replica acknowledged the workload");
+    common::sync(&mut m);
 
     let keys = same_values_on_replica(&mut m, &mut r);
     assert!(keys.len() > 100, "most keys exist: {}", keys.len());

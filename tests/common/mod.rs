@@ -511,8 +511,12 @@ pub fn master_and_replica() -> (Server, Server) {
     master_and_replica_with(&[])
 }
 
-/// Waits until the replica has everything the master sent.
+/// Waits until the replica has everything the master sent, whichever
+/// connection wrote it. `WAIT` waits only for its own client's last
+/// propagated write, so this connection first propagates one of its own
+/// that touches no key (`PUBLISH` reaches replicas too).
 pub fn sync(master: &mut redis::Connection) {
-    let acked: i64 = call(master, "WAIT 1 5000").expect("WAIT");
+    let _: i64 = call(master, "PUBLISH throttle-test-sync 1").expect("PUBLISH");
+    let acked: i64 = call(master, "WAIT 1 10000").expect("WAIT");
     assert_eq!(acked, 1, "the replica did not acknowledge");
 }
