@@ -5,10 +5,13 @@
 //! Decoding is total: any word sequence either yields a state that the
 //! algorithms can run on without overflow or panic, or an error.
 //!
-//! Version 2 (today) dropped the parameters the windows do not need (each
-//! call brings them): FIXED and SLIDING EXACT keep no `limit` or `period`,
-//! SLIDING keeps its `period` only. Version 1 values, which carried them,
-//! still load: their parameters are checked, then left out.
+//! Version 2 dropped the parameters the windows do not need (each call
+//! brings them): FIXED and SLIDING EXACT keep no `limit` or `period`,
+//! SLIDING keeps its `period` only. Version 3 (today) dropped FIXED's and
+//! SLIDING's last change (a call before the window's start counts at the
+//! start). Values of versions 1 and 2, which carried them, still load:
+//! what they carried is checked, then left out. The buckets' words are the
+//! same in every version.
 
 use crate::limiter::{
     Bucket, Counts, Entry, FixedWindow, LeakyBucket, Params, SlidingLog, SlidingWindow, TokenBucket, MAX_LIMIT,
@@ -16,9 +19,11 @@ use crate::limiter::{
 };
 
 /// The encoding version written today; later releases keep loading it.
-pub const ENCODING_VERSION: i32 = 2;
+pub const ENCODING_VERSION: i32 = 3;
 /// The first encoding, still loaded.
 const V1: i32 = 1;
+/// The second, still loaded.
+const V2: i32 = 2;
 
 /// Why a stored value is refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,11 +73,22 @@ fn params(limit: u64, period_us: u64, burst: Option<u64>) -> Result<Params, Deco
 }
 
 fn known_version(version: i32) -> Result<(), DecodeError> {
-    if version == V1 || version == ENCODING_VERSION {
+    if (V1..=ENCODING_VERSION).contains(&version) {
         Ok(())
     } else {
         Err(DecodeError::Version)
     }
+}
+
+/// The last change of versions 1 and 2, checked (it lies at or after the
+/// window's start) and then left out.
+fn old_last_change(version: i32, window_start_us: u64, src: &mut dyn WordSource) -> Result<Option<u64>, DecodeError> {
+    if version > V2 {
+        return Ok(None);
+    }
+    let updated_at_us = time(src)?;
+    check(window_start_us <= updated_at_us, "window")?;
+    Ok(Some(updated_at_us))
 }
 
 /// Version 1's `limit` and `period`, checked and then left out.
@@ -85,13 +101,13 @@ fn v1_params(version: i32, src: &mut dyn WordSource) -> Result<Option<Params>, D
 
 fn period(src: &mut dyn WordSource) -> Result<u64, DecodeError> {
     let period = src.word()?;
-    check((MIN_PERIOD_US..=MAX_PERIOD_US).contains(&period), "period")?;
+    check((MIN_PERIOD_US..=MAX_PERIOD_US).contains(&period) && period.is_multiple_of(1_000), "period")?;
     Ok(period)
 }
 
 impl Codec for FixedWindow {
     fn encode(&self, out: &mut dyn FnMut(u64)) {
-        for w in [self.window_start_us, self.count, self.updated_at_us] {
+        for w in [self.window_start_us, self.count] {
             out(w);
         }
     }
@@ -100,24 +116,23 @@ impl Codec for FixedWindow {
         known_version(version)?;
         let window_start_us = time(src)?;
         let count = src.word()?;
-        let updated_at_us = time(src)?;
+        let updated_at_us = old_last_change(version, window_start_us, src)?;
         let v1 = v1_params(version, src)?;
         // Not `count <= limit`: a refund under a lowered limit leaves the
         // count above the call's limit, and what the algorithms store must
         // load back. The algorithms saturate against the limit.
         check((1..=MAX_LIMIT).contains(&count), "count")?;
-        check(window_start_us <= updated_at_us, "window")?;
-        if let Some(p) = v1 {
+        if let (Some(p), Some(updated_at_us)) = (v1, updated_at_us) {
             check(updated_at_us - window_start_us < p.period_us(), "window")?;
         }
-        Ok(FixedWindow { window_start_us, count, updated_at_us })
+        Ok(FixedWindow { window_start_us, count })
     }
 }
 
 impl Codec for SlidingWindow {
     fn encode(&self, out: &mut dyn FnMut(u64)) {
         let c = self.counts();
-        for w in [c.window_start_us, c.previous, c.current, c.updated_at_us, c.period_us] {
+        for w in [c.window_start_us, c.previous, c.current, c.period_us] {
             out(w);
         }
     }
@@ -127,19 +142,18 @@ impl Codec for SlidingWindow {
         let window_start_us = time(src)?;
         let previous = src.word()?;
         let current = src.word()?;
-        let updated_at_us = time(src)?;
+        let updated_at_us = old_last_change(version, window_start_us, src)?;
         let period_us = match v1_params(version, src)? {
             Some(p) => p.period_us(),
             None => period(src)?,
         };
         check(window_start_us % period_us == 0, "window")?;
-        check(
-            window_start_us <= updated_at_us && updated_at_us - window_start_us < period_us,
-            "window",
-        )?;
+        if let Some(updated_at_us) = updated_at_us {
+            check(updated_at_us - window_start_us < period_us, "window")?;
+        }
         // Counts may exceed the limit after a refund under a lowered limit.
         check(previous <= MAX_LIMIT && current <= MAX_LIMIT, "count")?;
-        Ok(SlidingWindow::pack(&Counts { window_start_us, previous, current, updated_at_us, period_us }))
+        Ok(SlidingWindow::pack(&Counts { window_start_us, previous, current, period_us }))
     }
 }
 
@@ -182,7 +196,7 @@ impl Codec for SlidingLog {
     }
 }
 
-/// The buckets' words are the same in both versions.
+/// The buckets' words are the same in every version.
 fn encode_bucket(b: &Bucket, out: &mut dyn FnMut(u64)) {
     for w in [(b.level >> 64) as u64, b.level as u64, b.updated_at_us, b.limit, b.period_us, b.burst] {
         out(w);
@@ -235,7 +249,7 @@ mod tests {
         let encoded = words(&state);
         let decoded = T::decode(ENCODING_VERSION, &mut encoded.iter().copied()).unwrap();
         assert_eq!(decoded, state);
-        assert_eq!(T::decode(3, &mut encoded.iter().copied()), Err(DecodeError::Version));
+        assert_eq!(T::decode(ENCODING_VERSION + 1, &mut encoded.iter().copied()), Err(DecodeError::Version));
         assert_eq!(T::decode(0, &mut encoded.iter().copied()), Err(DecodeError::Version));
         for cut in 0..encoded.len() {
             assert!(T::decode(ENCODING_VERSION, &mut encoded[..cut].iter().copied()).is_err());
@@ -285,21 +299,28 @@ mod tests {
         let fixed = words(&used::<FixedWindow>(p, &[(5, 3)]));
         let mut bad = fixed.clone();
         bad[1] = 0; // an open window without units
-        assert!(FixedWindow::decode(2, &mut bad.into_iter()).is_err());
+        assert!(FixedWindow::decode(3, &mut bad.into_iter()).is_err());
         let mut bad = fixed.clone();
         bad[1] = MAX_LIMIT + 1; // count beyond any limit
-        assert!(FixedWindow::decode(2, &mut bad.into_iter()).is_err());
+        assert!(FixedWindow::decode(3, &mut bad.into_iter()).is_err());
         let mut bad = fixed.clone();
-        bad[0] = bad[2] + 1; // the window starts after the last change
-        assert!(FixedWindow::decode(2, &mut bad.into_iter()).is_err());
+        bad[0] = MAX_TIME_US + 1; // a window beyond any time
+        assert!(FixedWindow::decode(3, &mut bad.into_iter()).is_err());
+        // Version 2: the window starts after the last change.
+        assert!(FixedWindow::decode(2, &mut [6, 3, 5].into_iter()).is_err());
 
         let sliding = words(&used::<SlidingWindow>(p, &[(5, 3)]));
         let mut bad = sliding.clone();
-        bad[4] = 0; // period
-        assert!(SlidingWindow::decode(2, &mut bad.into_iter()).is_err());
+        bad[3] = 0; // period
+        assert!(SlidingWindow::decode(3, &mut bad.into_iter()).is_err());
+        let mut bad = sliding.clone();
+        bad[3] = 1_000_500; // a period that is not a whole number of ms
+        assert!(SlidingWindow::decode(3, &mut bad.into_iter()).is_err());
         let mut bad = sliding.clone();
         bad[0] += 1; // a window not on a multiple of the period
-        assert!(SlidingWindow::decode(2, &mut bad.into_iter()).is_err());
+        assert!(SlidingWindow::decode(3, &mut bad.into_iter()).is_err());
+        // Version 2: the last change outside the window.
+        assert!(SlidingWindow::decode(2, &mut [0, 0, 3, 1_000_000, 1_000_000].into_iter()).is_err());
 
         let log = words(&used::<SlidingLog>(p, &[(5, 1), (6, 2)]));
         let mut bad = log.clone();
@@ -315,21 +336,26 @@ mod tests {
         assert!(TokenBucket::decode(2, &mut bad.into_iter()).is_err());
     }
 
-    /// Version 1 words (parameters included) load as the same state.
+    /// Version 1 and 2 words (the last change, and in version 1 the
+    /// parameters) load as the same state.
     #[test]
-    fn version_1_loads() {
+    fn versions_1_and_2_load() {
         let p = Params::new(10, 1_000_000, None).unwrap();
         let fixed = used::<FixedWindow>(p, &[(5, 3), (9, 2)]);
-        let v1 = [fixed.window_start_us, fixed.count, fixed.updated_at_us, 10, 1_000_000];
+        let v1 = [fixed.window_start_us, fixed.count, 9, 10, 1_000_000];
         assert_eq!(FixedWindow::decode(1, &mut v1.into_iter()), Ok(fixed.clone()));
+        let v2 = [fixed.window_start_us, fixed.count, 9];
+        assert_eq!(FixedWindow::decode(2, &mut v2.into_iter()), Ok(fixed.clone()));
         // Version 1 still checks what it carried: the window within its period.
         let late = [5, 3, 1_000_005, 10, 1_000_000];
         assert!(FixedWindow::decode(1, &mut late.into_iter()).is_err());
 
         let sliding = used::<SlidingWindow>(p, &[(5, 3), (1_500_000, 2)]);
         let c = sliding.counts();
-        let v1 = [c.window_start_us, c.previous, c.current, c.updated_at_us, 10, 1_000_000];
-        assert_eq!(SlidingWindow::decode(1, &mut v1.into_iter()), Ok(sliding));
+        let v1 = [c.window_start_us, c.previous, c.current, 1_500_000, 10, 1_000_000];
+        assert_eq!(SlidingWindow::decode(1, &mut v1.into_iter()), Ok(sliding.clone()));
+        let v2 = [c.window_start_us, c.previous, c.current, 1_500_000, 1_000_000];
+        assert_eq!(SlidingWindow::decode(2, &mut v2.into_iter()), Ok(sliding));
 
         let log = used::<SlidingLog>(p, &[(5, 1), (6, 3)]);
         let v1 = [4, 6, 10, 1_000_000, 2, 5, 1, 6, 3];

@@ -1082,7 +1082,7 @@ fn throttle_info_describes_every_algorithm() {
         (
             vec![format!("THROTTLE.FIXED i:f 10 1m COST 3 AT {T}")],
             T + MS,
-            info_fields("fixed", &[("window_start", t), ("used", 3), ("updated_at", t)]),
+            info_fields("fixed", &[("window_start", t), ("used", 3)]),
             Some(60_000),
             format!("THROTTLE.FIXED i:f 10 1m COST 0 AT {}", T + MS),
         ),
@@ -1091,7 +1091,7 @@ fn throttle_info_describes_every_algorithm() {
             T + 30 * SECOND,
             info_fields(
                 "sliding",
-                &[("period_ms", 60_000), ("window_start", t), ("previous", 0), ("current", 4), ("used", 4), ("updated_at", t), ("reset_after", 90_000)],
+                &[("period_ms", 60_000), ("window_start", t), ("previous", 0), ("current", 4), ("used", 4), ("reset_after", 90_000)],
             ),
             None,
             format!("THROTTLE.SLIDING i:s 10 1m COST 0 AT {}", T + 30 * SECOND),

@@ -43,7 +43,7 @@ const KEYS: &[Key] = &[
         head: "THROTTLE.FIXED v1:fixed 10 1m",
         tail: "",
         calls: &[(3, 0), (2, 1_500_000), (9, 2_000_000)],
-        digest: "f70fc73cf654d4c7c7052c4ff405969e133d8986",
+        digest: "773d2b47ab7533952b7c40fe07afcda9b9970f18",
         peek: (1, 10, 5, 0, 30_000),
     },
     Key {
@@ -52,7 +52,7 @@ const KEYS: &[Key] = &[
         head: "THROTTLE.SLIDING v1:sliding 10 1m",
         tail: "",
         calls: &[(3, 0), (2, 1_500_000)],
-        digest: "74a17f74c075fabd004cc75023c900d1704df94e",
+        digest: "db2008c8f2df5176d13d29fdc12e94ba4413651b",
         peek: (1, 10, 5, 0, 70_000),
     },
     Key {

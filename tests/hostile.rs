@@ -489,7 +489,7 @@ fn shape_ok(kind: Kind, v: &Value) -> bool {
                 // Every field a count or a time, reset_after -1 when the
                 // key's TTL was taken away.
                 items.len() % 2 == 0
-                    && items.len() >= 10
+                    && items.len() >= 8
                     && items.chunks(2).all(|pair| {
                         matches!(&pair[0], Value::Simple(_) | Value::Bulk(Some(_)))
                             && matches!(&pair[1], Value::Int(n) if *n >= -1)

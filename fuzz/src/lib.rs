@@ -242,10 +242,10 @@ pub fn decode_state(data: &[u8]) {
 }
 
 fn decode_then_run<T: State>(words: &[u64]) {
-    for version in 0..=3 {
+    for version in 0..=ENCODING_VERSION + 1 {
         let mut source = words.iter().copied();
         let decoded = T::decode(version, &mut source);
-        if version != 1 && version != ENCODING_VERSION {
+        if !(1..=ENCODING_VERSION).contains(&version) {
             assert_eq!(decoded, Err(DecodeError::Version), "{}: version {version} accepted", T::NAME);
             continue;
         }
@@ -256,12 +256,13 @@ fn decode_then_run<T: State>(words: &[u64]) {
         }
         assert_round_trips(&state, &|| "as decoded".into());
         // The remaining words drive calls: cost (zigzag), limit, period,
-        // burst (0: none), time. Parameters out of bounds skip the call.
+        // burst (0: none), time. The period is cut to whole ms, as commands
+        // write it; parameters out of bounds skip the call.
         for op in words[consumed..].chunks_exact(5) {
             let &[cost, limit, period, burst, at] = op else { continue };
             let cost = ((cost >> 1) as i64 ^ -((cost & 1) as i64)).clamp(-(MAX_LIMIT as i64), MAX_LIMIT as i64);
             let burst = (T::BUCKET && burst != 0).then_some(burst);
-            let Ok(params) = Params::new(limit, period, burst) else { continue };
+            let Ok(params) = Params::new(limit, period - period % 1_000, burst) else { continue };
             let now = at.min(MAX_TIME_US);
             let decision = module_step(&mut state, &params, cost, now);
             if cost != 0 && decision.reset_after_ms == 0 && (cost < 0 || decision.allowed) {

@@ -68,14 +68,14 @@ final class SideBySideTest extends TestCase
         $this->assertSame(['laravel' => 20, 'native' => 20], $this->builders($calls, 20, 1));
         $redis = $this->server->client();
         $this->assertSame('25', $redis->hGet('asr', 'count'));
-        // The module's key was last changed by the 20th call, at 0.5 s.
+        // The module's window opened with the first call, at 0.5 s.
         $pairs = $this->server->command('THROTTLE.INFO', 'throttle:asr', 'AT', (string) (self::T0 * 1_000_000 + 700_000));
         $info = [];
         for ($i = 0; $i < count($pairs); $i += 2) {
             $info[$pairs[$i]] = $pairs[$i + 1];
         }
         // A fixed window keeps the units it admitted (20 of 20: none left).
-        $this->assertSame([20, self::T0 * 1_000_000 + 500_000], [$info['used'], $info['updated_at']]);
+        $this->assertSame([20, self::T0 * 1_000_000 + 500_000], [$info['used'], $info['window_start']]);
     }
 
     /** Laravel's key lives 2 x every; the module's exactly to its window's end. */

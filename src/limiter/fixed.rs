@@ -4,14 +4,16 @@ use super::{ms_ceil, Decision, Limiter, Params, NEVER};
 /// of one `period` opens at the first admitted call when none is open, and
 /// admits at most `limit` units.
 ///
-/// Three words: each call brings its `limit` and `period`, so the state
-/// keeps neither.
+/// Two words: each call brings its `limit` and `period`, so the state keeps
+/// neither; nor the time of its last change. A call earlier than the
+/// window's start counts at the start: between the start and the last
+/// change the window is open either way, so the decision is the same, and
+/// `retry_after` and `reset_after` count from the caller's own time.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FixedWindow {
     pub(crate) window_start_us: u64,
     /// Units admitted in the window; 0 means no window is open.
     pub(crate) count: u64,
-    pub(crate) updated_at_us: u64,
 }
 
 impl FixedWindow {
@@ -24,14 +26,14 @@ impl FixedWindow {
 
 impl Limiter for FixedWindow {
     fn acquire(&mut self, params: &Params, cost: u64, now_us: u64) -> Decision {
-        let now = now_us.max(self.updated_at_us);
+        let now = now_us.max(self.window_start_us);
         let limit = params.limit();
         let period = params.period_us();
         let (start, used) = self.open_window(period, now).unwrap_or((now, 0));
         let allowed = cost <= limit.saturating_sub(used);
         let used_after = if allowed { used + cost } else { used };
         if allowed && cost > 0 {
-            *self = FixedWindow { window_start_us: start, count: used_after, updated_at_us: now };
+            *self = FixedWindow { window_start_us: start, count: used_after };
         }
         let reset_after_ms = if used_after > 0 {
             ms_ceil(u128::from(start + period - now))
@@ -54,14 +56,14 @@ impl Limiter for FixedWindow {
     }
 
     fn refund(&mut self, params: &Params, units: u64, now_us: u64) -> Decision {
-        let now = now_us.max(self.updated_at_us);
+        let now = now_us.max(self.window_start_us);
         let period = params.period_us();
         let (start, used) = self.open_window(period, now).unwrap_or((now, 0));
         let used_after = used - units.min(used);
         *self = if used_after == 0 {
             FixedWindow::default()
         } else {
-            FixedWindow { window_start_us: start, count: used_after, updated_at_us: now }
+            FixedWindow { window_start_us: start, count: used_after }
         };
         let reset_after_ms = if used_after > 0 { ms_ceil(u128::from(start + period - now)) } else { 0 };
         Decision {
@@ -119,14 +121,18 @@ mod tests {
     }
 
     #[test]
-    fn time_never_runs_backwards() {
-        let p = params(2, S);
+    fn time_never_runs_back_past_the_window_start() {
+        let p = params(3, S);
         let mut state = FixedWindow::default();
         state.acquire(&p, 1, 5 * S);
+        state.acquire(&p, 1, 5 * S + 600_000);
+        // Before the last change, inside the window: its own time.
+        let d = state.acquire(&p, 1, 5 * S + 200_000);
+        assert_eq!((d.allowed, d.remaining, d.reset_after_ms), (true, 0, 800));
+        // Before the window: at its start.
         let d = state.acquire(&p, 1, 4 * S);
-        assert!(d.allowed);
-        assert_eq!(d.reset_after_ms, 1000);
-        assert_eq!(state.updated_at_us, 5 * S);
+        assert_eq!((d.allowed, d.retry_after_ms, d.reset_after_ms), (false, 1000, 1000));
+        assert_eq!(state, FixedWindow { window_start_us: 5 * S, count: 3 });
     }
 
     #[test]

@@ -61,7 +61,8 @@ impl Params {
         if !(1..=MAX_LIMIT).contains(&limit) {
             return Err(ParamError::Limit);
         }
-        if !(MIN_PERIOD_US..=MAX_PERIOD_US).contains(&period_us) {
+        // Whole ms, as every command writes a period: SLIDING stores it so.
+        if !(MIN_PERIOD_US..=MAX_PERIOD_US).contains(&period_us) || !period_us.is_multiple_of(1_000) {
             return Err(ParamError::Period);
         }
         let burst = burst.unwrap_or(limit);

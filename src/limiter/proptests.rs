@@ -55,6 +55,13 @@ trait Algo: Limiter + Clone + PartialEq + Debug {
     /// The state's own invariants, checked after every call. `just_took`:
     /// the call was admitted with cost > 0 under `p`.
     fn well_formed(&self, p: &Params, just_took: bool) -> Result<(), String>;
+
+    /// The time a call at `at` is judged at (README, "Time"): never before
+    /// the last change; for the windows, which keep no last change, never
+    /// before the stored window's start.
+    fn effective_now(&self, at: u64, last_change: u64) -> u64 {
+        at.max(last_change)
+    }
 }
 
 impl Algo for FixedWindow {
@@ -70,6 +77,10 @@ impl Algo for FixedWindow {
             ));
         }
         Ok(())
+    }
+
+    fn effective_now(&self, at: u64, _last_change: u64) -> u64 {
+        at.max(self.window_start_us)
     }
 }
 
@@ -93,6 +104,10 @@ impl Algo for SlidingWindow {
             return Err(format!("period {} kept after a change under {}", c.period_us, p.period_us()));
         }
         Ok(())
+    }
+
+    fn effective_now(&self, at: u64, _last_change: u64) -> u64 {
+        at.max(self.counts().window_start_us)
     }
 }
 
@@ -196,7 +211,7 @@ fn check_call<A: Algo>(
     at: u64,
     step: usize,
 ) -> Result<(Decision, u64), TestCaseError> {
-    let now = at.max(last_change);
+    let now = state.effective_now(at, last_change);
     let cap = cap::<A>(p);
     let before = state.clone();
     let d = state.acquire(p, cost, at);
@@ -417,7 +432,7 @@ fn drive<A: Algo>(
             }
             Cost::Remaining => last_remaining.unwrap_or(cap),
         };
-        let now = at.max(last_change);
+        let now = state.effective_now(at, last_change);
         let (d, changed) = check_call(&mut state, last_change, p, cost, at, step)?;
         last_change = changed;
         last_remaining = Some(d.remaining);

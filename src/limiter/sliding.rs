@@ -9,13 +9,16 @@ use super::{ms_ceil, Decision, Limiter, Params, NEVER};
 /// a call fits when `prev * (period - elapsed) + (curr + cost) * period <=
 /// limit * period`.
 ///
-/// Stored in four words ([`Counts`] packed): the counts, the window (as
-/// its number since the epoch: it starts on a multiple of the period), the
-/// period (a call under another period carries the estimate over, see
-/// [`Counts::view`]) and the last change (as its offset in the window).
-/// Each call brings its `limit`, so the state keeps none.
+/// Stored in three words ([`Counts`] packed): the counts, the window (as
+/// its number since the epoch: it starts on a multiple of the period) and
+/// the period in ms (a call under another period carries the estimate
+/// over, see [`Counts::view`]). Each call brings its `limit`, so the state
+/// keeps none; nor the time of its last change: a call earlier than the
+/// stored window's start counts at the start, and one inside the window
+/// at its own time (the estimate only falls as time passes, so an earlier
+/// call is judged at least as strictly as a later one).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct SlidingWindow([u64; 4]);
+pub struct SlidingWindow([u64; 3]);
 
 /// The sliding counter's fields, as the algorithm reads them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -23,43 +26,38 @@ pub(crate) struct Counts {
     pub(crate) window_start_us: u64,
     pub(crate) previous: u64,
     pub(crate) current: u64,
-    pub(crate) updated_at_us: u64,
+    /// A whole number of ms (as every period is), or 0 when idle.
     pub(crate) period_us: u64,
 }
 
-/// Field widths: counts up to 10^15 < 2^50; periods up to 3650 days < 2^49
-/// µs; window numbers below 10^16 µs / 1 ms < 2^44; offsets below a period.
+/// Field widths: counts up to 10^15 < 2^50; periods up to 3650 days < 2^39
+/// ms; window numbers below 10^16 µs / 1 ms < 2^44.
 const COUNT_BITS: u32 = 50;
-const PERIOD_BITS: u32 = 49;
+const PERIOD_MS_BITS: u32 = 39;
 const WINDOW_BITS: u32 = 44;
+const MS: u64 = 1_000;
 
 impl SlidingWindow {
     pub(crate) fn counts(&self) -> Counts {
         let mut read = Unpacker::new(&self.0);
         let previous = read.take(COUNT_BITS);
         let current = read.take(COUNT_BITS);
-        let period_us = read.take(PERIOD_BITS);
+        let period_us = read.take(PERIOD_MS_BITS) * MS;
         let window = read.take(WINDOW_BITS);
-        let offset = read.take(PERIOD_BITS);
-        let window_start_us = window.saturating_mul(period_us);
-        Counts { window_start_us, previous, current, updated_at_us: window_start_us.saturating_add(offset), period_us }
+        Counts { window_start_us: window.saturating_mul(period_us), previous, current, period_us }
     }
 
     /// Packs counts whose fields are within their bounds (the algorithm's
-    /// and the codec's): the window starts on a multiple of the period, and
-    /// the last change lies inside it.
+    /// and the codec's): the period is a whole number of ms and the window
+    /// starts on a multiple of it.
     pub(crate) fn pack(c: &Counts) -> SlidingWindow {
-        let (window, offset) = match c.period_us {
-            0 => (0, 0),
-            period => (c.window_start_us / period, c.updated_at_us.saturating_sub(c.window_start_us)),
-        };
+        let window = c.window_start_us.checked_div(c.period_us).unwrap_or(0);
         SlidingWindow(
             Packer::new()
                 .put(c.previous, COUNT_BITS)
                 .put(c.current, COUNT_BITS)
-                .put(c.period_us, PERIOD_BITS)
+                .put(c.period_us / MS, PERIOD_MS_BITS)
                 .put(window, WINDOW_BITS)
-                .put(offset, PERIOD_BITS)
                 .finish(),
         )
     }
@@ -117,7 +115,7 @@ impl Counts {
         if self.period_us == 0 {
             return (0, 0);
         }
-        let now = now.max(self.updated_at_us);
+        let now = now.max(self.window_start_us);
         let view = self.view(self.period_us, now);
         let used = super::ceil_div(view.weighted(self.period_us), u128::from(self.period_us)) as u64;
         (used, view.decision(true, 0, self.period_us, 0).reset_after_ms)
@@ -177,7 +175,7 @@ impl View {
 
 impl Counts {
     pub(crate) fn acquire(&mut self, params: &Params, cost: u64, now_us: u64) -> Decision {
-        let now = now_us.max(self.updated_at_us);
+        let now = now_us.max(self.window_start_us);
         let limit = params.limit();
         let period = params.period_us();
         let p = u128::from(period);
@@ -210,7 +208,6 @@ impl Counts {
                 window_start_us: view.window_start,
                 previous: view.previous,
                 current: view.current,
-                updated_at_us: now,
                 period_us: period,
             };
         }
@@ -223,7 +220,7 @@ impl Counts {
 
     /// Takes units from the current window first, then the previous one.
     pub(crate) fn refund(&mut self, params: &Params, units: u64, now_us: u64) -> Decision {
-        let now = now_us.max(self.updated_at_us);
+        let now = now_us.max(self.window_start_us);
         let period = params.period_us();
         let mut view = self.view(period, now);
         let from_current = units.min(view.current);
@@ -236,7 +233,6 @@ impl Counts {
                 window_start_us: view.window_start,
                 previous: view.previous,
                 current: view.current,
-                updated_at_us: now,
                 period_us: period,
             }
         };
@@ -323,7 +319,6 @@ mod tests {
             window_start_us: 9_999_999_999_000_000 / 3_000 * 3_000,
             previous: 1_000_000_000_000_000,
             current: 999_999_999_999_999,
-            updated_at_us: 9_999_999_999_000_000 / 3_000 * 3_000 + 2_999,
             period_us: 3_000,
         };
         assert_eq!(SlidingWindow::pack(&c).counts(), c);

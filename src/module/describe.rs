@@ -3,11 +3,12 @@
 //! Each state reports what it keeps. The windows keep no `limit` (each call
 //! brings it), so for them INFO reports the units `used` instead of
 //! `remaining`; FIXED and SLIDING EXACT keep no `period` either, so their
-//! `reset_after` is the key's TTL, which every change sets to it. The
-//! buckets keep their parameters and report them with `remaining`.
+//! `reset_after` is the key's TTL, which every change sets to it. FIXED and
+//! SLIDING keep no time of their last change, so they report no
+//! `updated_at`. The buckets keep their parameters and report them with
+//! `remaining`.
 
 use std::ffi::CStr;
-
 
 use super::ffi::{self, Ctx, Key, RString, Slot};
 use super::types::Stored;
@@ -35,7 +36,6 @@ impl Describe for FixedWindow {
         vec![
             (c"window_start", int(self.window_start_us)),
             (c"used", int(self.count)),
-            (c"updated_at", int(self.updated_at_us)),
             (c"reset_after", ttl_ms),
         ]
     }
@@ -52,7 +52,6 @@ impl Describe for SlidingWindow {
             (c"previous", int(c.previous)),
             (c"current", int(c.current)),
             (c"used", int(used)),
-            (c"updated_at", int(c.updated_at_us)),
             (c"reset_after", int(reset_after_ms)),
         ]
     }
