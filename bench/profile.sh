@@ -4,7 +4,8 @@
 #
 #   bench/profile.sh [MODULE.so] [OUT_DIR]
 #
-# For INCR and each THROTTLE command: redis-server runs (in an empty
+# For INCR, SET ... PX (the reference the targets use) and each THROTTLE
+# command: redis-server runs (in an empty
 # directory: an old dump.rdb with replication data would give it a
 # replication backlog, and the calls a full propagated command) under
 # `valgrind --tool=callgrind` on a free loopback port, instrumentation is
@@ -12,7 +13,8 @@
 # BENCH_PROF_N calls over BENCH_PROF_KEYS keys, so about 10 calls per key as
 # in `make bench`), then the server is stopped (by its PID) and the profile
 # summarised: instructions per call, and the top functions by exclusive and
-# inclusive cost. Function names in the module need a build that keeps its
+# inclusive cost. BENCH_PROF_REPLICA=1 attaches a replica to each server
+# first. Function names in the module need a build that keeps its
 # symbols:
 #
 #   CARGO_TARGET_DIR=/tmp/target-prof CARGO_PROFILE_RELEASE_STRIP=false \
@@ -37,7 +39,11 @@ while True:
 }
 
 server=""
-cleanup() { [ -n "$server" ] && kill "$server" 2>/dev/null && wait "$server" 2>/dev/null; server=""; }
+replica=""
+cleanup() {
+  [ -n "$replica" ] && kill "$replica" 2>/dev/null && wait "$replica" 2>/dev/null; replica=""
+  [ -n "$server" ] && kill "$server" 2>/dev/null && wait "$server" 2>/dev/null; server=""
+}
 trap cleanup EXIT INT TERM
 
 top() { # --inclusive=yes|no, file, [rows]
@@ -55,6 +61,19 @@ profile() { # name, then the command with __rand_int__ in its key
     >"$out/valgrind.$name.log" 2>&1 &
   server=$!
   for _ in $(seq 600); do redis-cli -p "$port" PING >/dev/null 2>&1 && break; sleep 0.1; done
+  if [ -n "${BENCH_PROF_REPLICA:-}" ]; then
+    # A replica (not profiled) attached, as production runs: every change
+    # then goes out as its propagated command.
+    local replica_port
+    replica_port="$(free_port)"
+    redis-server --port "$replica_port" --bind 127.0.0.1 --save '' --appendonly no --dir "$(mktemp -d)" \
+      --loadmodule "$module" --replicaof 127.0.0.1 "$port" >"$out/replica.$name.log" 2>&1 &
+    replica=$!
+    for _ in $(seq 600); do
+      redis-cli -p "$replica_port" INFO replication 2>/dev/null | grep -q '^master_link_status:up' && break
+      sleep 0.1
+    done
+  fi
   callgrind_control -i on "$server" >/dev/null 2>&1
   redis-benchmark -p "$port" -n "$n" -c 50 -P 16 -r "$keys" -q "$@" >/dev/null
   callgrind_control -i off "$server" >/dev/null 2>&1
@@ -74,6 +93,7 @@ profile() { # name, then the command with __rand_int__ in its key
 
 {
   profile INCR INCR in:__rand_int__
+  profile SET SET st:__rand_int__ 1 PX 3600000
   profile FIXED THROTTLE.FIXED fx:__rand_int__ 1000 1h
   profile SLIDING THROTTLE.SLIDING sl:__rand_int__ 1000 1h
   profile EXACT THROTTLE.SLIDING ex:__rand_int__ 100 1h EXACT
