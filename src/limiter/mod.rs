@@ -187,6 +187,8 @@ mod tests {
             (MAX_LIMIT + 1, 1_000_000, None, Err(ParamError::Limit)),
             (1, MIN_PERIOD_US - 1, None, Err(ParamError::Period)),
             (1, MAX_PERIOD_US + 1, None, Err(ParamError::Period)),
+            (1, 1_500, None, Err(ParamError::Period)),
+            (1, MAX_PERIOD_US - 1, None, Err(ParamError::Period)),
             (1, 1_000_000, Some(0), Err(ParamError::Burst)),
             (1, 1_000_000, Some(MAX_LIMIT + 1), Err(ParamError::Burst)),
             (1, MAX_PERIOD_US, Some(2), Err(ParamError::BurstTooSlow)),
@@ -198,6 +200,17 @@ mod tests {
             let got = Params::new(*limit, *period, *burst).map(|_| ());
             assert_eq!(got, *want, "case {i}");
         }
+    }
+
+    /// What each key's state costs is what the server allocates for it
+    /// (README, "Performance"): a word more moves a key into the next size
+    /// class.
+    #[test]
+    fn states_stay_packed() {
+        assert_eq!(std::mem::size_of::<FixedWindow>(), 16);
+        assert_eq!(std::mem::size_of::<SlidingWindow>(), 24);
+        assert_eq!(std::mem::size_of::<TokenBucket>(), 40);
+        assert_eq!(std::mem::size_of::<LeakyBucket>(), 40);
     }
 
     #[test]
