@@ -171,7 +171,7 @@ static COMMANDS: &[Command] = &[
     Command {
         doc: CommandDoc {
             name: "THROTTLE.INFO",
-            summary: "Describes a limiter key: algorithm, parameters of its last change, remaining and reset_after now.",
+            summary: "Describes a limiter key: its algorithm, what its state keeps, the units used or remaining and reset_after now.",
             complexity: "O(1); O(N) for SLIDING EXACT where N is the log length",
             arity: -2,
             args: &[KEY_ARG, AT],
