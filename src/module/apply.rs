@@ -193,10 +193,13 @@ fn run<T: Stored>(key: &mut Key, call: &Call, now_us: u64, mode: Mode) -> Result
     Ok(outcome)
 }
 
-/// Replicas and the AOF get the call with its time fixed, so they compute
-/// exactly the master's state, and with the master's clock, so the key
-/// expires at the same instant: `CMD key limit <period>ms COST n AT t
-/// TTLFROM ms [BURST b] [EXACT]`. Keywords are strings made at load and
+/// A change that does not go out as a snapshot reaches replicas and the
+/// AOF as the call with its time fixed, so they compute exactly the
+/// master's state, and with the master's clock, so the key expires at the
+/// same instant: `CMD key limit <period>ms COST n AT t TTLFROM ms [BURST b]
+/// [EXACT]`. That is a SLIDING EXACT log, which can be long; the other
+/// arms serve a state that would not fit a [`Snapshot`] (none does today),
+/// so no change ever goes unpropagated. Keywords are strings made at load and
 /// numbers are written on the stack: Redis would allocate twice for each
 /// `l` argument and once for each C string.
 pub(crate) fn propagate(ctx: Ctx, key: RString, algorithm: Algorithm, call: &Call, now_us: u64, now_ms: u64) {
