@@ -2,8 +2,10 @@
 //! commands (a seeded PRNG, no extra crates) for every THROTTLE command,
 //! made of boundary and garbage tokens: empty strings, huge and negative
 //! numbers, 2^63 and beyond, units alone, unknown and repeated options,
-//! binary bytes with `\0` and `\r\n`, 100 KB arguments, wrong arities, and
-//! `THROTTLE._LOAD` with random words, against keys of every type.
+//! binary bytes with `\0` and `\r\n`, 100 KB arguments, wrong arities,
+//! `THROTTLE._LOAD` with random words, and `THROTTLE._SET` and
+//! `THROTTLE._CALL` with valid binary states and calls, often spoiled,
+//! against keys of every type.
 //!
 //! Every reply must have its command's documented shape or be an error
 //! starting `ERR ` or `WRONGTYPE `; the server stays up; sentinel keys,
@@ -261,7 +263,9 @@ impl Gen {
             0..=59 => (Kind::Five, self.algorithm_command()),
             60..=74 => (Kind::All, self.all_command()),
             75..=84 => (Kind::Info, self.info_command()),
-            85..=94 => (Kind::Load, self.load_command()),
+            85..=89 => (Kind::Load, self.load_command()),
+            90..=92 => (Kind::Set, self.set_command()),
+            93..=94 => (Kind::Packed, self.packed_call_command()),
             _ if self.cell => (Kind::Cell, self.cell_command()),
             _ => (Kind::Five, self.algorithm_command()),
         }
@@ -427,6 +431,51 @@ impl Gen {
         (name, words.into_iter().map(|w| w.to_string()).collect())
     }
 
+    /// `THROTTLE._SET key <state> <unix-ms>` with a valid state in binary
+    /// (tag, encoding version, little-endian words), often spoiled.
+    fn set_command(&mut self) -> Vec<Vec<u8>> {
+        let (name, words) = self.valid_state();
+        let tag = 1 + TYPES.iter().position(|t| *t == name).unwrap_or(0) as u8;
+        let mut state = vec![tag, 1];
+        for word in words {
+            state.extend(word.parse::<u64>().unwrap_or(0).to_le_bytes());
+        }
+        self.spoil(&mut state);
+        let expire_at = if self.rng.chance(80) { (self.now / 1000 + self.rng.below(10_000_000)).to_string().into_bytes() } else { self.number() };
+        vec![b"THROTTLE._SET".to_vec(), self.key(), state, expire_at]
+    }
+
+    /// `THROTTLE._CALL key <call>` with a valid packed call (version,
+    /// algorithm, six little-endian words), often spoiled.
+    fn packed_call_command(&mut self) -> Vec<Vec<u8>> {
+        let kind = b"fsetl"[self.rng.below(5) as usize];
+        let limit = 1 + self.rng.below(20);
+        let burst = if matches!(kind, b't' | b'l') { 1 + self.rng.below(20) } else { limit };
+        let period = *self.rng.pick(&[&1_000_000u64, &3_600_000_000, &1_000]);
+        let cost = self.rng.below(8) as i64 - 3;
+        let at = self.now + self.rng.below(5_000_000);
+        let mut call = vec![1, kind];
+        for word in [limit, period, burst, cost as u64, at, at / 1000] {
+            call.extend(word.to_le_bytes());
+        }
+        self.spoil(&mut call);
+        vec![b"THROTTLE._CALL".to_vec(), self.key(), call]
+    }
+
+    /// Now and then a byte changed, the end cut or a byte added.
+    fn spoil(&mut self, bytes: &mut Vec<u8>) {
+        if self.rng.chance(30) && !bytes.is_empty() {
+            let i = self.rng.below(bytes.len() as u64) as usize;
+            bytes[i] = self.rng.next() as u8;
+        }
+        if self.rng.chance(5) {
+            bytes.truncate(self.rng.below(bytes.len() as u64 + 1) as usize);
+        }
+        if self.rng.chance(5) {
+            bytes.push(self.rng.next() as u8);
+        }
+    }
+
     fn cell_command(&mut self) -> Vec<Vec<u8>> {
         let mut args = vec![b"CL.THROTTLE".to_vec()];
         for _ in 0..self.rng.below(7) {
@@ -443,6 +492,10 @@ enum Kind {
     All,
     Info,
     Load,
+    /// THROTTLE._SET.
+    Set,
+    /// THROTTLE._CALL: five integers, as the call it packs answers.
+    Packed,
     /// CL.THROTTLE: five integers, redis-cell's (`limited` first; its
     /// `remaining` can exceed the limit, as redis-cell's does).
     Cell,
@@ -469,7 +522,7 @@ fn shape_ok(kind: Kind, v: &Value) -> bool {
         return true;
     }
     match kind {
-        Kind::Five => five(v),
+        Kind::Five | Kind::Packed => five(v),
         Kind::Cell => matches!(v, Value::Array(Some(items)) if items.len() == 5
             && items.iter().all(|i| matches!(i, Value::Int(_)))
             && matches!(items[0], Value::Int(0) | Value::Int(1))),
@@ -499,7 +552,7 @@ fn shape_ok(kind: Kind, v: &Value) -> bool {
             }
             _ => false,
         },
-        Kind::Load => v == &Value::Simple("OK".into()),
+        Kind::Load | Kind::Set => v == &Value::Simple("OK".into()),
     }
 }
 
@@ -540,10 +593,11 @@ fn fingerprint(c: &mut Resp, keys: &[String]) -> Vec<(String, Value, Value, Valu
 }
 
 /// A command naming a sentinel that must fail whatever else it holds (a
-/// `limit` of 0, an unknown type), or a read-only THROTTLE.INFO.
+/// `limit` of 0, an unknown type, a packed call of an unknown version), or
+/// a read-only THROTTLE.INFO.
 fn sentinel_command(g: &mut Gen, sentinel: &str) -> (bool, Vec<Vec<u8>>) {
     let key = sentinel.as_bytes().to_vec();
-    match g.rng.below(5) {
+    match g.rng.below(6) {
         0 | 1 => {
             let mut args = g.algorithm_command();
             args.truncate(1);
@@ -568,6 +622,22 @@ fn sentinel_command(g: &mut Gen, sentinel: &str) -> (bool, Vec<Vec<u8>>) {
             let mut args = g.load_command();
             args[1] = key;
             args[2] = g.rng.pick(&["thr-nope", "", "THR-FIXED ", "string"]).as_bytes().to_vec();
+            (true, args)
+        }
+        4 if g.rng.chance(50) => {
+            let mut args = g.set_command();
+            args[1] = key;
+            args[2][0] = g.rng.pick(&[&0u8, &6, &b'f', &255]).to_owned();
+            (true, args)
+        }
+        4 => {
+            // Limit 0 (bytes 2..10), or a bad version.
+            let mut args = g.packed_call_command();
+            args[1] = key;
+            match args[2].len() {
+                10.. if g.rng.chance(70) => args[2][2..10].copy_from_slice(&0u64.to_le_bytes()),
+                _ => args[2].insert(0, 9),
+            }
             (true, args)
         }
         _ => {
@@ -598,7 +668,7 @@ fn hostile_commands_never_crash_corrupt_or_break_the_protocol() {
     let commands = std::env::var("HOSTILE_COMMANDS").ok().and_then(|s| s.parse().ok()).unwrap_or(COMMANDS);
     let started = Instant::now();
     let (mut sent, mut errors, mut sentinel_calls) = (0usize, 0usize, 0usize);
-    let mut kinds_seen = [0usize; 5];
+    let mut kinds_seen = [0usize; 7];
     while sent < commands {
         let mut batch = Vec::with_capacity(BATCH);
         let mut expect = Vec::with_capacity(BATCH);
@@ -657,12 +727,12 @@ fn hostile_commands_never_crash_corrupt_or_break_the_protocol() {
         assert!(started.elapsed() < Duration::from_secs(120) * common::slowdown(), "too slow: {sent} commands in {:?}", started.elapsed());
     }
     eprintln!(
-        "{sent} hostile commands + {sentinel_calls} on sentinels in {:?}; {errors} errors; successes by kind (five, all, info, load, cl.throttle): {kinds_seen:?}",
+        "{sent} hostile commands + {sentinel_calls} on sentinels in {:?}; {errors} errors; successes by kind (five, all, info, load, _set, _call, cl.throttle): {kinds_seen:?}",
         started.elapsed()
     );
     // Each kind of command succeeded some of the time: the generator is
     // not just producing errors.
-    assert!(kinds_seen[..4].iter().all(|&n| n > commands / 2_000), "too few successful commands: {kinds_seen:?}");
+    assert!(kinds_seen[..6].iter().all(|&n| n > commands / 2_000), "too few successful commands: {kinds_seen:?}");
 
     assert_eq!(c.call(&[b"PING"]), Value::Simple("PONG".into()));
     let after = fingerprint(&mut c, &sentinels);

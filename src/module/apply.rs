@@ -6,15 +6,11 @@
 //! Whether the server accepts a write at all is decided before: by Redis
 //! for a command, by [`super::gate`] for a waiter served later.
 
-use std::ffi::c_char;
-
-use redis_module::raw;
-
-use super::ffi::{cstr, Ctx, Key, RString, Slot};
-use super::propagation::{self, decimal, signed_decimal};
+use super::ffi::{Ctx, Key, RString, Slot};
+use super::propagation;
 use super::reply::CommandError;
 use super::types::{event_name, Snapshot, Stored};
-use crate::args::{Algorithm, Call};
+use crate::args::{Algorithm, Call, PackedCall};
 use crate::limiter::{Decision, FixedWindow, LeakyBucket, SlidingLog, SlidingWindow, TokenBucket};
 
 /// Who runs the call: a command handler has the client's own command at
@@ -43,7 +39,7 @@ pub(crate) enum Mode {
 /// Runs one call on the key and, when the state changed, settles the key
 /// and propagates the change: the new state whole with the instant it
 /// expires (a SLIDING EXACT log, which can be long, as the call with its
-/// time), or the key's deletion.
+/// time and the master's clock), or the key's deletion.
 pub(crate) fn execute(
     ctx: Ctx,
     key_name: RString,
@@ -68,7 +64,10 @@ pub(crate) fn execute(
                     let expire_at_ms = call.ttl_from_ms.unwrap_or(now_ms).saturating_add(reset_after_ms);
                     propagation::set_state(ctx, key_name, state.bytes(), expire_at_ms)
                 }
-                None => propagate(ctx, key_name, algorithm, call, now_us, now_ms),
+                None => {
+                    let packed = PackedCall::new(algorithm, call, now_us, call.ttl_from_ms.unwrap_or(now_ms));
+                    propagation::call(ctx, key_name, &packed)
+                }
             }
         };
         match origin {
@@ -191,59 +190,4 @@ fn run<T: Stored>(key: &mut Key, call: &Call, now_us: u64, mode: Mode) -> Result
         }
     };
     Ok(outcome)
-}
-
-/// A change that does not go out as a snapshot reaches replicas and the
-/// AOF as the call with its time fixed, so they compute exactly the
-/// master's state, and with the master's clock, so the key expires at the
-/// same instant: `CMD key limit <period>ms COST n AT t TTLFROM ms [BURST b]
-/// [EXACT]`. That is a SLIDING EXACT log, which can be long; the other
-/// arms serve a state that would not fit a [`Snapshot`] (none does today),
-/// so no change ever goes unpropagated. Keywords are strings made at load and
-/// numbers are written on the stack: Redis would allocate twice for each
-/// `l` argument and once for each C string.
-pub(crate) fn propagate(ctx: Ctx, key: RString, algorithm: Algorithm, call: &Call, now_us: u64, now_ms: u64) {
-    // SAFETY: reading a function pointer Redis set at load time.
-    let (Some(replicate), Some(word)) = (unsafe { raw::RedisModule_Replicate }, propagation::keywords()) else {
-        return;
-    };
-    let name = command_cstr(algorithm);
-    let mut buffers = [[0u8; 24]; 6];
-    let [limit, period, cost, at, ttl_from, burst] = &mut buffers;
-    let text = |b: &[u8]| (b.as_ptr().cast::<c_char>(), b.len());
-    let limit = text(decimal(call.params.limit(), b"", limit));
-    let period = text(decimal(call.params.period_us() / 1000, b"ms", period));
-    let cost = text(signed_decimal(call.cost, cost));
-    let at = text(decimal(now_us, b"", at));
-    let ttl_from = text(decimal(call.ttl_from_ms.unwrap_or(now_ms), b"", ttl_from));
-    // SAFETY: each format letter matches its argument: s = RedisModuleString,
-    // b = buffer and length; the buffers outlive the call.
-    unsafe {
-        match algorithm {
-            Algorithm::Fixed | Algorithm::Sliding if !call.exact => replicate(
-                ctx, name, cstr!("sbbsbsbsb"), key, limit.0, limit.1, period.0, period.1, word.cost, cost.0, cost.1,
-                word.at, at.0, at.1, word.ttl_from, ttl_from.0, ttl_from.1,
-            ),
-            Algorithm::Fixed | Algorithm::Sliding => replicate(
-                ctx, name, cstr!("sbbsbsbsbs"), key, limit.0, limit.1, period.0, period.1, word.cost, cost.0, cost.1,
-                word.at, at.0, at.1, word.ttl_from, ttl_from.0, ttl_from.1, word.exact,
-            ),
-            Algorithm::Token | Algorithm::Leaky => {
-                let burst = text(decimal(call.params.burst(), b"", burst));
-                replicate(
-                    ctx, name, cstr!("sbbsbsbsbsb"), key, limit.0, limit.1, period.0, period.1, word.cost, cost.0,
-                    cost.1, word.at, at.0, at.1, word.ttl_from, ttl_from.0, ttl_from.1, word.burst, burst.0, burst.1,
-                )
-            }
-        };
-    }
-}
-
-fn command_cstr(algorithm: Algorithm) -> *const c_char {
-    match algorithm {
-        Algorithm::Fixed => cstr!("THROTTLE.FIXED"),
-        Algorithm::Sliding => cstr!("THROTTLE.SLIDING"),
-        Algorithm::Token => cstr!("THROTTLE.TOKEN"),
-        Algorithm::Leaky => cstr!("THROTTLE.LEAKY"),
-    }
 }

@@ -8,7 +8,7 @@ use super::ffi::{self, Ctx, RString};
 use super::reply::{self, CommandError};
 use super::stats::{self, Counter};
 use super::wait::{self, Behind};
-use crate::args::{parse_call, Algorithm, ArgError, Call};
+use crate::args::{parse_call, Algorithm, ArgError, Call, PackedCall};
 use crate::limiter::NEVER;
 
 /// `THROTTLE.<ALGORITHM> key limit period [options]`.
@@ -50,6 +50,30 @@ pub(crate) fn throttle(ctx: Ctx, argv: &[RString], algorithm: Algorithm) {
             reply::decision(ctx, context_flags, &decision);
         }
         Ok(None) => counters.add(Counter::Blocked),
+        Err(e) => e.reply(ctx),
+    }
+}
+
+/// `THROTTLE._CALL key <call>`: runs a call sent packed (a [`PackedCall`]) by
+/// a master or read from the AOF, at the time and with the master's clock
+/// it carries, as the command it packs would run. Internal and admin-only,
+/// like `THROTTLE._SET`.
+pub(crate) fn packed_call(ctx: Ctx, argv: &[RString]) {
+    let result = (|| {
+        let [_, key_name, packed] = argv else {
+            return Err(CommandError::from(ArgError::WrongArity));
+        };
+        let (algorithm, call) = PackedCall::unpack(ffi::bytes(*packed))?;
+        let context_flags = ffi::context_flags(ctx);
+        let now_us = call.at_us.unwrap_or_else(super::clock::now_us);
+        let outcome = apply::execute(ctx, *key_name, algorithm, &call, now_us, Origin::Handler { context_flags })?;
+        if call.cost < 0 && outcome.changed {
+            wait::units_returned(ctx, *key_name);
+        }
+        Ok((context_flags, outcome.decision))
+    })();
+    match result {
+        Ok((context_flags, decision)) => reply::decision(ctx, context_flags, &decision),
         Err(e) => e.reply(ctx),
     }
 }

@@ -53,6 +53,7 @@ handler!(token_cmd, |ctx, args| commands::throttle(ctx, args, Algorithm::Token))
 handler!(leaky_cmd, |ctx, args| commands::throttle(ctx, args, Algorithm::Leaky));
 handler!(load_cmd, types::load_command);
 handler!(set_cmd, types::set_command);
+handler!(call_cmd, commands::packed_call);
 handler!(all_cmd, all::throttle_all);
 handler!(info_cmd, describe::info);
 handler!(cell_cmd, cell::cl_throttle);
@@ -215,6 +216,21 @@ static COMMANDS: &[Command] = &[
     },
     Command {
         doc: CommandDoc {
+            name: "THROTTLE._CALL",
+            summary: "Internal: runs a THROTTLE call sent packed, at its time and with the master's clock (how a SLIDING EXACT change reaches replicas and the AOF).",
+            complexity: "O(1) amortized",
+            arity: 3,
+            args: &[
+                KEY_ARG,
+                docs::ArgDoc { name: "call", kind: raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING, token: None, optional: false, multiple: false },
+            ],
+            key_flags: KEY_UPDATED,
+        },
+        handler: call_cmd,
+        flags: "write deny-oom admin",
+    },
+    Command {
+        doc: CommandDoc {
             name: "THROTTLE._GATE",
             summary: "Internal: does nothing. The module calls it to learn whether the server accepts a write to the key now.",
             complexity: "O(1)",
@@ -351,10 +367,6 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         if let Some(register_info) = raw::RedisModule_RegisterInfoFunc {
             register_info(ctx.ctx, Some(info));
         }
-    }
-    if !propagation::make_keywords() {
-        ctx.log_warning("throttle: could not prepare propagation");
-        return Status::Err;
     }
     add_throttle_category(ctx.ctx);
     for command in COMMANDS {

@@ -8,10 +8,10 @@
 //! would, it calls `RM_ReplicateVerbatim`, which costs nothing to build and
 //! still counts the change for the `save` points (Redis then drops the
 //! command by the same rule; were our answer ever stale, the command would
-//! still go out, only in the client's words). Otherwise the call is
-//! propagated with its time fixed, its arguments built without allocating
-//! where Redis lets us: keywords are strings made once, numbers are
-//! written on the stack.
+//! still go out, only in the client's words). Otherwise the change goes
+//! out as one internal command with the fewest arguments: the new state
+//! and its expiry instant, or the call packed whole; each argument is
+//! built on the stack, and Redis makes one string of it.
 //!
 //! Whether anyone listens is asked of Redis (INFO replication) the first
 //! time it matters and again after any event that can change it
@@ -21,11 +21,12 @@
 //! call (it can be switched on at any time).
 
 use std::ffi::{c_char, c_int, CStr};
-use std::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use redis_module::raw;
 
 use super::ffi::{cstr, Ctx, RString};
+use crate::args::PackedCall;
 
 const UNKNOWN: u8 = 0;
 const QUIET: u8 = 1;
@@ -87,41 +88,6 @@ fn replication_is_quiet(ctx: Ctx) -> bool {
     }
 }
 
-/// The fixed words of the propagated form, made once at load.
-pub(crate) struct Keywords {
-    pub cost: RString,
-    pub at: RString,
-    pub ttl_from: RString,
-    pub burst: RString,
-    pub exact: RString,
-}
-
-static KEYWORDS: [AtomicPtr<raw::RedisModuleString>; 5] = [const { AtomicPtr::new(std::ptr::null_mut()) }; 5];
-
-/// Makes the keywords; returns false if Redis could not.
-pub(crate) fn make_keywords() -> bool {
-    let words: [&[u8]; 5] = [b"COST", b"AT", b"TTLFROM", b"BURST", b"EXACT"];
-    words.iter().zip(&KEYWORDS).all(|(word, slot)| {
-        // SAFETY: a NULL context makes a string we own for the module's
-        // life; Redis copies the bytes.
-        let s = unsafe {
-            raw::RedisModule_CreateString
-                .map_or(std::ptr::null_mut(), |f| f(std::ptr::null_mut(), word.as_ptr().cast(), word.len()))
-        };
-        slot.store(s, Ordering::Relaxed);
-        !s.is_null()
-    })
-}
-
-/// The keywords, or None before they were made.
-pub(crate) fn keywords() -> Option<Keywords> {
-    let [cost, at, ttl_from, burst, exact] = KEYWORDS.each_ref().map(|slot| slot.load(Ordering::Relaxed));
-    if [cost, at, ttl_from, burst, exact].iter().any(|p| p.is_null()) {
-        return None;
-    }
-    Some(Keywords { cost, at, ttl_from, burst, exact })
-}
-
 /// Propagates a change made by a command handler: `full` builds the
 /// propagated form, unless nobody would receive it.
 pub(crate) fn send(ctx: Ctx, context_flags: u32, full: impl FnOnce()) {
@@ -147,8 +113,8 @@ fn replicate_verbatim(ctx: Ctx) {
 /// <unix-ms>`, the state whole and the instant it expires (replicas and the
 /// AOF then hold exactly the master's value, expiring when it does).
 pub(crate) fn set_state(ctx: Ctx, key: RString, state: &[u8], expire_at_ms: u64) {
-    let mut buffer = [0u8; 24];
-    let at = decimal(expire_at_ms, b"", &mut buffer);
+    let mut buffer = [0u8; 20];
+    let at = decimal(expire_at_ms, &mut buffer);
     // SAFETY: s = RedisModuleString, b = buffer and length; the buffers
     // outlive the call (Redis copies them).
     unsafe {
@@ -167,6 +133,20 @@ pub(crate) fn set_state(ctx: Ctx, key: RString, state: &[u8], expire_at_ms: u64)
     }
 }
 
+/// Replicates a change as the call that made it, whole and packed:
+/// `THROTTLE._CALL key <call>`, which the replica runs at the master's
+/// time and clock. For a state that is cheaper to recompute than to send
+/// (a SLIDING EXACT log can be long).
+pub(crate) fn call(ctx: Ctx, key: RString, packed: &PackedCall) {
+    let bytes = packed.bytes();
+    // SAFETY: s = RedisModuleString, b = buffer and length; Redis copies it.
+    unsafe {
+        if let Some(replicate) = raw::RedisModule_Replicate {
+            replicate(ctx, cstr!("THROTTLE._CALL"), cstr!("sb"), key, bytes.as_ptr().cast::<c_char>(), bytes.len());
+        }
+    }
+}
+
 /// Replicates a key's deletion (a refund that left it idle).
 pub(crate) fn delete(ctx: Ctx, key: RString) {
     // SAFETY: s = RedisModuleString.
@@ -177,49 +157,31 @@ pub(crate) fn delete(ctx: Ctx, key: RString) {
     }
 }
 
-/// `n` in decimal followed by `suffix` (at most 4 bytes), written at the
-/// end of `buffer`.
-pub(crate) fn decimal<'a>(n: u64, suffix: &[u8], buffer: &'a mut [u8; 24]) -> &'a [u8] {
-    let mut end = buffer.len() - suffix.len();
-    buffer[end..].copy_from_slice(suffix);
+/// `n` in decimal, written at the end of `buffer`.
+fn decimal(n: u64, buffer: &mut [u8; 20]) -> &[u8] {
+    let mut start = buffer.len();
     let mut rest = n;
     loop {
-        end -= 1;
-        buffer[end] = b'0' + (rest % 10) as u8;
+        start -= 1;
+        buffer[start] = b'0' + (rest % 10) as u8;
         rest /= 10;
         if rest == 0 {
             break;
         }
-    }
-    &buffer[end..]
-}
-
-/// `n` in decimal, with its sign, written at the end of `buffer`.
-pub(crate) fn signed_decimal(n: i64, buffer: &mut [u8; 24]) -> &[u8] {
-    let mut start = buffer.len() - decimal(n.unsigned_abs(), b"", buffer).len();
-    if n < 0 {
-        start -= 1;
-        buffer[start] = b'-';
     }
     &buffer[start..]
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{decimal, signed_decimal};
+    use super::decimal;
 
     #[test]
     fn decimal_text() {
-        let mut buffer = [0u8; 24];
-        assert_eq!(decimal(0, b"", &mut buffer), b"0");
-        assert_eq!(decimal(0, b"s", &mut buffer), b"0s");
-        assert_eq!(decimal(60, b"s", &mut buffer), b"60s");
-        assert_eq!(decimal(u64::MAX, b"s", &mut buffer), b"18446744073709551615s");
-        assert_eq!(decimal(315_360_000_000, b"ms", &mut buffer), b"315360000000ms");
-        assert_eq!(decimal(u64::MAX, b"ms", &mut buffer), b"18446744073709551615ms");
-        assert_eq!(signed_decimal(0, &mut buffer), b"0");
-        assert_eq!(signed_decimal(-7, &mut buffer), b"-7");
-        assert_eq!(signed_decimal(i64::MAX, &mut buffer), b"9223372036854775807");
-        assert_eq!(signed_decimal(i64::MIN, &mut buffer), b"-9223372036854775808");
+        let mut buffer = [0u8; 20];
+        assert_eq!(decimal(0, &mut buffer), b"0");
+        assert_eq!(decimal(60, &mut buffer), b"60");
+        assert_eq!(decimal(10_000_000_000_000, &mut buffer), b"10000000000000");
+        assert_eq!(decimal(u64::MAX, &mut buffer), b"18446744073709551615");
     }
 }
