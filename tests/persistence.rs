@@ -297,3 +297,48 @@ fn aof_replay_keeps_absolute_expiry() {
     let mut c = server.conn();
     assert_all_same(&mut c, "AOF (commands) restart after a pause", &specs, &before, TTL_TOLERANCE_MS);
 }
+
+/// `THROTTLE._SET` as earlier versions wrote it into AOF files, with the
+/// expiry as a third argument in decimal, still applies, and sets the same
+/// value and expiry as today's form (the expiry inside the snapshot) and as
+/// `THROTTLE._LOAD` plus `PEXPIREAT`. The states are in encoding version 1.
+#[test]
+fn both_forms_of_throttle_set_apply() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let t = now_us();
+    let at_ms = t / 1000 + 3_600_000;
+    let hour = 3_600_000_000;
+    let states: [(u8, &str, Vec<u64>); 5] = [
+        (1, "thr-fixed", vec![t, 3, t + 10, 10, hour]),
+        (2, "thr-slide", vec![t - t % hour, 4, 3, t, 10, hour]),
+        (3, "thr-exact", vec![1, t, 10, hour, 1, t, 1]),
+        (4, "thr-token", vec![0, hour, t, 10, hour, 20]),
+        (5, "thr-leaky", vec![0, 2 * hour, t, 10, hour, 20]),
+    ];
+    for (tag, kind, words) in states {
+        let mut state = vec![tag, 1];
+        state.extend(words.iter().flat_map(|w| w.to_le_bytes()));
+        let snapshot = [&state[..], &at_ms.to_le_bytes()].concat();
+        let (old, new, loaded) = (format!("old-{kind}"), format!("new-{kind}"), format!("loaded-{kind}"));
+        let ok: String = redis::cmd("THROTTLE._SET").arg(&old).arg(&state).arg(at_ms).query(&mut c).expect("old _SET");
+        assert_eq!(ok, "OK");
+        let ok: String = redis::cmd("THROTTLE._SET").arg(&new).arg(&snapshot).query(&mut c).expect("new _SET");
+        assert_eq!(ok, "OK");
+        let words: Vec<String> = words.iter().map(u64::to_string).collect();
+        let _: () = call(&mut c, &format!("THROTTLE._LOAD {loaded} {kind} 1 {}", words.join(" "))).expect("_LOAD");
+        let _: () = call(&mut c, &format!("PEXPIREAT {loaded} {at_ms}")).expect("PEXPIREAT");
+        for key in [&old, &new] {
+            assert_eq!(digest(&mut c, key), digest(&mut c, &loaded), "{key}");
+            let expire: u64 = call(&mut c, &format!("PEXPIRETIME {key}")).expect("PEXPIRETIME");
+            assert_eq!(expire, at_ms, "{key}");
+        }
+        // A snapshot cut short of its expiry, or of a word, is refused.
+        for bad in [&snapshot[..snapshot.len() - 8], &snapshot[..snapshot.len() - 1], &snapshot[..7]] {
+            let e = redis::cmd("THROTTLE._SET").arg("bad").arg(bad).query::<()>(&mut c).expect_err("a cut snapshot");
+            assert!(e.to_string().contains("invalid THROTTLE state"), "{kind}: {e}");
+        }
+        let exists: i64 = call(&mut c, "EXISTS bad").expect("EXISTS");
+        assert_eq!(exists, 0);
+    }
+}

@@ -56,14 +56,12 @@ pub(crate) fn execute(
         let reset_after_ms = outcome.decision.reset_after_ms;
         // Made only when someone receives it: the key stays open until then.
         let full = move || {
-            let snapshot = if reset_after_ms > 0 { snapshot(&mut key, algorithm, call.exact) } else { None };
+            let expire_at_ms = call.ttl_from_ms.unwrap_or(now_ms).saturating_add(reset_after_ms);
+            let snapshot = if reset_after_ms > 0 { snapshot(&mut key, algorithm, call.exact, expire_at_ms) } else { None };
             drop(key);
             match snapshot {
                 _ if reset_after_ms == 0 => propagation::delete(ctx, key_name),
-                Some(state) => {
-                    let expire_at_ms = call.ttl_from_ms.unwrap_or(now_ms).saturating_add(reset_after_ms);
-                    propagation::set_state(ctx, key_name, state.bytes(), expire_at_ms)
-                }
+                Some(snapshot) => propagation::set_state(ctx, key_name, &snapshot),
                 None => {
                     let packed = PackedCall::new(algorithm, call, now_us, call.ttl_from_ms.unwrap_or(now_ms));
                     propagation::call(ctx, key_name, &packed)
@@ -80,19 +78,19 @@ pub(crate) fn execute(
 
 /// The key's state as `THROTTLE._SET` carries it: every type but SLIDING
 /// EXACT, whose log is replicated as the call that changed it.
-fn snapshot(key: &mut Key, algorithm: Algorithm, exact: bool) -> Option<Snapshot> {
-    fn of<T: Stored>(key: &mut Key) -> Option<Snapshot> {
+fn snapshot(key: &mut Key, algorithm: Algorithm, exact: bool, expire_at_ms: u64) -> Option<Snapshot> {
+    fn of<T: Stored>(key: &mut Key, expire_at_ms: u64) -> Option<Snapshot> {
         match key.slot::<T>(T::redis_type()) {
-            Slot::Mine(state) => Snapshot::of(state),
+            Slot::Mine(state) => Snapshot::of(state, expire_at_ms),
             _ => None,
         }
     }
     match (algorithm, exact) {
-        (Algorithm::Fixed, _) => of::<FixedWindow>(key),
-        (Algorithm::Sliding, false) => of::<SlidingWindow>(key),
+        (Algorithm::Fixed, _) => of::<FixedWindow>(key, expire_at_ms),
+        (Algorithm::Sliding, false) => of::<SlidingWindow>(key, expire_at_ms),
         (Algorithm::Sliding, true) => None,
-        (Algorithm::Token, _) => of::<TokenBucket>(key),
-        (Algorithm::Leaky, _) => of::<LeakyBucket>(key),
+        (Algorithm::Token, _) => of::<TokenBucket>(key, expire_at_ms),
+        (Algorithm::Leaky, _) => of::<LeakyBucket>(key, expire_at_ms),
     }
 }
 

@@ -141,12 +141,12 @@ fn run(ctx: Ctx, argv: &[RString]) -> Result<CellReply, Failure> {
     let flags = ffi::context_flags(ctx);
     propagation::send(ctx, flags, move || {
         let snapshot = match key.slot::<TokenBucket>(&TOKEN_TYPE) {
-            Slot::Mine(state) if ttl_ms > 0 => Snapshot::of(state),
+            Slot::Mine(state) if ttl_ms > 0 => Snapshot::of(state, now_us / 1000 + ttl_ms),
             _ => None,
         };
         drop(key);
         match snapshot {
-            Some(state) => propagation::set_state(ctx, key_name, state.bytes(), now_us / 1000 + ttl_ms),
+            Some(snapshot) => propagation::set_state(ctx, key_name, &snapshot),
             None => propagation::delete(ctx, key_name),
         }
     });

@@ -201,13 +201,13 @@ static COMMANDS: &[Command] = &[
     Command {
         doc: CommandDoc {
             name: "THROTTLE._SET",
-            summary: "Internal: sets a key to a THROTTLE state and its expiry (how changes reach replicas and the AOF).",
+            summary: "Internal: sets a key to a THROTTLE state expiring at the instant it carries (how changes reach replicas and the AOF).",
             complexity: "O(1)",
-            arity: 4,
+            arity: -3,
             args: &[
                 KEY_ARG,
-                docs::ArgDoc { name: "state", kind: raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING, token: None, optional: false, multiple: false },
-                docs::ArgDoc { name: "unix-time-milliseconds", kind: raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER, token: None, optional: false, multiple: false },
+                docs::ArgDoc { name: "snapshot", kind: raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING, token: None, optional: false, multiple: false },
+                docs::ArgDoc { name: "unix-time-milliseconds", kind: raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER, token: None, optional: true, multiple: false },
             ],
             key_flags: KEY_OVERWRITTEN,
         },

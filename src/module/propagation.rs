@@ -26,6 +26,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use redis_module::raw;
 
 use super::ffi::{cstr, Ctx, RString};
+use super::types::Snapshot;
 use crate::args::PackedCall;
 
 const UNKNOWN: u8 = 0;
@@ -109,26 +110,15 @@ fn replicate_verbatim(ctx: Ctx) {
     }
 }
 
-/// Replicates a change as its effect: `THROTTLE._SET key <state>
-/// <unix-ms>`, the state whole and the instant it expires (replicas and the
-/// AOF then hold exactly the master's value, expiring when it does).
-pub(crate) fn set_state(ctx: Ctx, key: RString, state: &[u8], expire_at_ms: u64) {
-    let mut buffer = [0u8; 20];
-    let at = decimal(expire_at_ms, &mut buffer);
-    // SAFETY: s = RedisModuleString, b = buffer and length; the buffers
-    // outlive the call (Redis copies them).
+/// Replicates a change as its effect: `THROTTLE._SET key <snapshot>`, the
+/// state whole and the instant it expires in one argument (replicas and
+/// the AOF then hold exactly the master's value, expiring when it does).
+pub(crate) fn set_state(ctx: Ctx, key: RString, snapshot: &Snapshot) {
+    let bytes = snapshot.bytes();
+    // SAFETY: s = RedisModuleString, b = buffer and length; Redis copies it.
     unsafe {
         if let Some(replicate) = raw::RedisModule_Replicate {
-            replicate(
-                ctx,
-                cstr!("THROTTLE._SET"),
-                cstr!("sbb"),
-                key,
-                state.as_ptr().cast::<c_char>(),
-                state.len(),
-                at.as_ptr().cast::<c_char>(),
-                at.len(),
-            );
+            replicate(ctx, cstr!("THROTTLE._SET"), cstr!("sb"), key, bytes.as_ptr().cast::<c_char>(), bytes.len());
         }
     }
 }
@@ -154,34 +144,5 @@ pub(crate) fn delete(ctx: Ctx, key: RString) {
         if let Some(replicate) = raw::RedisModule_Replicate {
             replicate(ctx, cstr!("DEL"), cstr!("s"), key);
         }
-    }
-}
-
-/// `n` in decimal, written at the end of `buffer`.
-fn decimal(n: u64, buffer: &mut [u8; 20]) -> &[u8] {
-    let mut start = buffer.len();
-    let mut rest = n;
-    loop {
-        start -= 1;
-        buffer[start] = b'0' + (rest % 10) as u8;
-        rest /= 10;
-        if rest == 0 {
-            break;
-        }
-    }
-    &buffer[start..]
-}
-
-#[cfg(test)]
-mod tests {
-    use super::decimal;
-
-    #[test]
-    fn decimal_text() {
-        let mut buffer = [0u8; 20];
-        assert_eq!(decimal(0, &mut buffer), b"0");
-        assert_eq!(decimal(60, &mut buffer), b"60");
-        assert_eq!(decimal(10_000_000_000_000, &mut buffer), b"10000000000000");
-        assert_eq!(decimal(u64::MAX, &mut buffer), b"18446744073709551615");
     }
 }

@@ -328,30 +328,34 @@ impl WordSource for WordsLeft<'_> {
     }
 }
 
-/// A state as `THROTTLE._SET` carries it: its type's tag, the encoding
-/// version, then its words, little-endian. Made on the stack: replicating
-/// a change allocates nothing for it.
+/// A state as `THROTTLE._SET` carries it, with the instant it expires: its
+/// type's tag, the encoding version, its words, then the instant (Unix
+/// ms), each word little-endian. Made on the stack: replicating a change
+/// allocates nothing for it.
 pub(crate) struct Snapshot {
     bytes: [u8; Snapshot::CAPACITY],
     len: usize,
 }
 
 impl Snapshot {
-    /// Room for the largest fixed-size state (the buckets' six words).
-    const CAPACITY: usize = 2 + 8 * 6;
+    /// Room for the largest fixed-size state (the buckets' six words) and
+    /// the expiry.
+    const CAPACITY: usize = 2 + 8 * 6 + 8;
 
-    pub(crate) fn of<T: Stored>(state: &T) -> Option<Snapshot> {
+    pub(crate) fn of<T: Stored>(state: &T, expire_at_ms: u64) -> Option<Snapshot> {
         let mut snapshot = Snapshot { bytes: [0; Snapshot::CAPACITY], len: 2 };
         snapshot.bytes[0] = T::TAG;
         snapshot.bytes[1] = ENCODING_VERSION as u8;
         let mut fits = true;
-        state.encode(&mut |w| match snapshot.bytes.get_mut(snapshot.len..snapshot.len + 8) {
+        let mut push = |w: u64| match snapshot.bytes.get_mut(snapshot.len..snapshot.len + 8) {
             Some(slot) => {
                 slot.copy_from_slice(&w.to_le_bytes());
                 snapshot.len += 8;
             }
             None => fits = false,
-        });
+        };
+        state.encode(&mut push);
+        push(expire_at_ms);
         fits.then_some(snapshot)
     }
 
@@ -360,18 +364,25 @@ impl Snapshot {
     }
 }
 
-/// `THROTTLE._SET key state unix-ms`: sets a key to a state (a [`Snapshot`])
-/// expiring at `unix-ms`, the master's instant. How a change reaches
+/// `THROTTLE._SET key <snapshot>`: sets a key to a state expiring at the
+/// master's instant, both in the [`Snapshot`]. How a change reaches
 /// replicas and the AOF: its effect, exactly, rather than a call to run
-/// again. The state is validated like a RESTORE payload.
+/// again. The state is validated like a RESTORE payload. The form before
+/// the expiry joined the snapshot, `THROTTLE._SET key <state> <unix-ms>`,
+/// still applies (AOF files written by earlier versions).
 pub(crate) fn set_command(ctx: ffi::Ctx, argv: &[ffi::RString]) {
-    let [_, key, state, expire_at] = argv else {
-        return ffi::reply_wrong_arity(ctx);
+    let (key, state, expire_at_ms) = match argv {
+        [_, key, snapshot] => match ffi::bytes(*snapshot) {
+            [state @ .., a, b, c, d, e, f, g, h] => (key, state, u64::from_le_bytes([*a, *b, *c, *d, *e, *f, *g, *h])),
+            _ => return ffi::reply_error(ctx, "ERR invalid THROTTLE state"),
+        },
+        [_, key, state, expire_at] => match crate::args::parse_u64(ffi::bytes(*expire_at)) {
+            Some(at_ms) => (key, ffi::bytes(*state), at_ms),
+            None => return ffi::reply_error(ctx, "ERR invalid expiry"),
+        },
+        _ => return ffi::reply_wrong_arity(ctx),
     };
-    let Some(expire_at_ms) = crate::args::parse_u64(ffi::bytes(*expire_at)) else {
-        return ffi::reply_error(ctx, "ERR invalid expiry");
-    };
-    let (tag, version, body) = match ffi::bytes(*state) {
+    let (tag, version, body) = match state {
         [tag, version, body @ ..] if body.len() % 8 == 0 => (*tag, i32::from(*version), body),
         _ => return ffi::reply_error(ctx, "ERR invalid THROTTLE state"),
     };
