@@ -301,7 +301,8 @@ fn aof_replay_keeps_absolute_expiry() {
 /// `THROTTLE._SET` as earlier versions wrote it into AOF files, with the
 /// expiry as a third argument in decimal, still applies, and sets the same
 /// value and expiry as today's form (the expiry inside the snapshot) and as
-/// `THROTTLE._LOAD` plus `PEXPIREAT`. The states are in encoding version 1.
+/// `THROTTLE._LOAD` plus `PEXPIREAT`, on a new key or over one of its type.
+/// The states are in encoding version 1.
 #[test]
 fn both_forms_of_throttle_set_apply() {
     let server = Server::start();
@@ -323,8 +324,12 @@ fn both_forms_of_throttle_set_apply() {
         let (old, new, loaded) = (format!("old-{kind}"), format!("new-{kind}"), format!("loaded-{kind}"));
         let ok: String = redis::cmd("THROTTLE._SET").arg(&old).arg(&state).arg(at_ms).query(&mut c).expect("old _SET");
         assert_eq!(ok, "OK");
-        let ok: String = redis::cmd("THROTTLE._SET").arg(&new).arg(&snapshot).query(&mut c).expect("new _SET");
-        assert_eq!(ok, "OK");
+        // Twice: the second replaces the first's value and expiry in place.
+        let later = [&state[..], &(at_ms + 5_000).to_le_bytes()].concat();
+        for snapshot in [&later, &snapshot] {
+            let ok: String = redis::cmd("THROTTLE._SET").arg(&new).arg(snapshot).query(&mut c).expect("new _SET");
+            assert_eq!(ok, "OK");
+        }
         let words: Vec<String> = words.iter().map(u64::to_string).collect();
         let _: () = call(&mut c, &format!("THROTTLE._LOAD {loaded} {kind} 1 {}", words.join(" "))).expect("_LOAD");
         let _: () = call(&mut c, &format!("PEXPIREAT {loaded} {at_ms}")).expect("PEXPIREAT");

@@ -303,7 +303,12 @@ fn load_into<T: Stored>(
         return Err("ERR invalid THROTTLE state");
     }
     let mut key = ffi::Key::open(ctx, key);
-    key.set(T::redis_type(), state).then_some(()).ok_or("ERR could not store the state")?;
+    match (key.slot::<T>(T::redis_type()), expire_at_ms) {
+        // A replica's key of the same type takes the new state in place:
+        // no value to free and make again for each change.
+        (ffi::Slot::Mine(stored), Some(_)) => *stored = state,
+        _ => key.set(T::redis_type(), state).then_some(()).ok_or("ERR could not store the state")?,
+    }
     match expire_at_ms {
         Some(at_ms) => {
             key.set_expire_ms(at_ms.saturating_sub(super::clock::now_us() / 1000));
