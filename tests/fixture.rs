@@ -1,8 +1,8 @@
-//! Earlier encodings stay loadable: `tests/fixtures/v1.rdb` and `v2.rdb`
-//! were each written once by `write_fixture` with a build of that version
+//! Earlier encodings stay loadable: `tests/fixtures/v1.rdb`, `v2.rdb` and
+//! `v3.rdb` were each written once by `write_fixture` with a build of that version
 //! (run it with `--ignored` and `THROTTLE_FIXTURE=vN.rdb` only to add a
 //! version, never to "fix" a failing `fixtures_load`: that failure means
-//! today's build cannot read yesterday's data). Both hold the same keys,
+//! today's build cannot read yesterday's data). All hold the same keys,
 //! made by the same calls.
 
 mod common;
@@ -85,7 +85,7 @@ const KEYS: &[Key] = &[
 ];
 
 /// The committed fixtures, oldest first.
-const FIXTURES: &[&str] = &["v1.rdb", "v2.rdb"];
+const FIXTURES: &[&str] = &["v1.rdb", "v2.rdb", "v3.rdb"];
 
 fn fixture_path(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
