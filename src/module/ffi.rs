@@ -132,7 +132,11 @@ impl<'a> Key<'a> {
     }
 
     pub(crate) fn set_expire_ms(&mut self, ms: u64) {
-        let ms = i64::try_from(ms).unwrap_or(i64::MAX).max(1);
+        // The server adds its clock to the TTL: a TTL near i64::MAX would
+        // wrap to an instant in the past (Valkey asserts on it). No TTL the
+        // module sets comes near this one, about 317 years.
+        const LONGEST_MS: u64 = crate::limiter::MAX_TIME_US / 1000;
+        let ms = ms.clamp(1, LONGEST_MS) as i64;
         // SAFETY: the key is open for writing and holds a value.
         unsafe {
             if let Some(f) = raw::RedisModule_SetExpire {

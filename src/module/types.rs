@@ -387,6 +387,11 @@ pub(crate) fn set_command(ctx: ffi::Ctx, argv: &[ffi::RString]) {
         },
         _ => return ffi::reply_wrong_arity(ctx),
     };
+    // Refused rather than clamped: a master never sends one later than the
+    // latest `AT` plus the longest TTL (two periods of SLIDING).
+    if expire_at_ms > (crate::limiter::MAX_TIME_US + 2 * crate::limiter::MAX_PERIOD_US) / 1000 {
+        return ffi::reply_error(ctx, "ERR invalid expiry");
+    }
     let (tag, version, body) = match state {
         [tag, version, body @ ..] if body.len() % 8 == 0 => (*tag, i32::from(*version), body),
         _ => return ffi::reply_error(ctx, "ERR invalid THROTTLE state"),
