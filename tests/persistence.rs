@@ -307,6 +307,7 @@ fn aof_replay_keeps_absolute_expiry() {
 fn both_forms_of_throttle_set_apply() {
     let server = Server::start();
     let mut c = server.conn();
+    let relative_expiry_only = common::info_field(&mut c, "server", "redis_version").is_some_and(|v| v.starts_with("7.0."));
     let t = now_us();
     let at_ms = t / 1000 + 3_600_000;
     let hour = 3_600_000_000;
@@ -336,7 +337,10 @@ fn both_forms_of_throttle_set_apply() {
         for key in [&old, &new] {
             assert_eq!(digest(&mut c, key), digest(&mut c, &loaded), "{key}");
             let expire: u64 = call(&mut c, &format!("PEXPIRETIME {key}")).expect("PEXPIRETIME");
-            assert_eq!(expire, at_ms, "{key}");
+            // Exact where modules set absolute expiries (7.2 and later);
+            // Redis 7.0 takes a TTL, which its clock can land 1 ms late.
+            let late_ms = if relative_expiry_only { 1 } else { 0 };
+            assert!((at_ms..=at_ms + late_ms).contains(&expire), "{key}: expires at {expire}, not {at_ms}");
         }
         // A snapshot cut short of its expiry, or of a word, is refused.
         for bad in [&snapshot[..snapshot.len() - 8], &snapshot[..snapshot.len() - 1], &snapshot[..7]] {

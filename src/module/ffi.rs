@@ -145,6 +145,21 @@ impl<'a> Key<'a> {
         }
     }
 
+    /// Makes the key expire at `at_ms` (Unix ms): exactly where the server
+    /// sets absolute expiries for modules (7.2 and later), else as a TTL
+    /// from the module's clock, which can land a millisecond late.
+    pub(crate) fn set_expire_at_ms(&mut self, at_ms: u64) {
+        // SAFETY: reading a function pointer Redis set at load time.
+        let set_at = unsafe { raw::RedisModule_SetAbsExpire };
+        match set_at {
+            // SAFETY: the key is open for writing and holds a value.
+            Some(f) if at_ms <= crate::limiter::MAX_TIME_US / 1000 => unsafe {
+                f(self.ptr, at_ms as i64);
+            },
+            _ => self.set_expire_ms(at_ms.saturating_sub(super::clock::now_us() / 1000)),
+        }
+    }
+
     pub(crate) fn delete(&mut self) {
         // SAFETY: the key is open for writing.
         unsafe {

@@ -289,8 +289,8 @@ pub(crate) fn load_command(ctx: ffi::Ctx, argv: &[ffi::RString]) {
 }
 
 /// Sets the key to the state the words hold, and, with `expire_at_ms`, its
-/// expiry to that instant (a moment from now if it has passed: the key is
-/// the master's until its own expiry propagates).
+/// expiry to that instant, the master's (an instant already past expires
+/// the key, as Redis's own `PXAT` does).
 fn load_into<T: Stored>(
     ctx: ffi::Ctx,
     key: ffi::RString,
@@ -311,7 +311,7 @@ fn load_into<T: Stored>(
     }
     match expire_at_ms {
         Some(at_ms) => {
-            key.set_expire_ms(at_ms.saturating_sub(super::clock::now_us() / 1000));
+            key.set_expire_at_ms(at_ms);
             key.changed(event_name(T::ALGORITHM), false);
         }
         None => key.changed(cstr!("throttle._load"), false),
