@@ -133,7 +133,11 @@ pub(crate) fn settle(key: &mut Key, algorithm: Algorithm, outcome: &Outcome, cal
         let window = matches!(algorithm, Algorithm::Fixed) || (algorithm == Algorithm::Sliding && !call.exact);
         let ttl = i64::try_from(ttl_ms).unwrap_or(i64::MAX);
         if !(window && (ttl - 1..=ttl).contains(&key.ttl_ms())) {
-            key.set_expire_ms(ttl_ms);
+            match call.ttl_from_ms {
+                // The master's instant, replayed.
+                Some(from_ms) => key.set_expire_at_ms(from_ms.saturating_add(reset_after_ms)),
+                None => key.set_expire_ms(ttl_ms),
+            }
         }
     }
     key.changed(event_name(algorithm), deleted);
