@@ -114,13 +114,7 @@ fn replicate_verbatim(ctx: Ctx) {
 /// state whole and the instant it expires in one argument (replicas and
 /// the AOF then hold exactly the master's value, expiring when it does).
 pub(crate) fn set_state(ctx: Ctx, key: RString, snapshot: &Snapshot) {
-    let bytes = snapshot.bytes();
-    // SAFETY: s = RedisModuleString, b = buffer and length; Redis copies it.
-    unsafe {
-        if let Some(replicate) = raw::RedisModule_Replicate {
-            replicate(ctx, cstr!("THROTTLE._SET"), cstr!("sb"), key, bytes.as_ptr().cast::<c_char>(), bytes.len());
-        }
-    }
+    replicate_binary(ctx, cstr!("THROTTLE._SET"), key, snapshot.bytes());
 }
 
 /// Replicates a change as the call that made it, whole and packed:
@@ -128,11 +122,15 @@ pub(crate) fn set_state(ctx: Ctx, key: RString, snapshot: &Snapshot) {
 /// time and clock. For a state that is cheaper to recompute than to send
 /// (a SLIDING EXACT log can be long).
 pub(crate) fn call(ctx: Ctx, key: RString, packed: &PackedCall) {
-    let bytes = packed.bytes();
+    replicate_binary(ctx, cstr!("THROTTLE._CALL"), key, packed.bytes());
+}
+
+/// `command key <bytes>`: one string for Redis to make besides the key's.
+fn replicate_binary(ctx: Ctx, command: *const c_char, key: RString, bytes: &[u8]) {
     // SAFETY: s = RedisModuleString, b = buffer and length; Redis copies it.
     unsafe {
         if let Some(replicate) = raw::RedisModule_Replicate {
-            replicate(ctx, cstr!("THROTTLE._CALL"), cstr!("sb"), key, bytes.as_ptr().cast::<c_char>(), bytes.len());
+            replicate(ctx, command, cstr!("sb"), key, bytes.as_ptr().cast::<c_char>(), bytes.len());
         }
     }
 }
