@@ -162,13 +162,13 @@ fn parse_call_options<'a>(
     while let Some(token) = args.next() {
         if token.eq_ignore_ascii_case(b"COST") {
             let value = option_value(&mut args, "COST", cost.is_some())?;
-            cost = Some(parse_i64(value).filter(|c| c.unsigned_abs() <= MAX_LIMIT).ok_or(ArgError::Cost)?);
+            cost = Some(parse_i64(value).ok_or(ArgError::Cost).and_then(checked_cost)?);
         } else if token.eq_ignore_ascii_case(b"AT") {
             let value = option_value(&mut args, "AT", at_us.is_some())?;
-            at_us = Some(parse_u64(value).filter(|&t| t <= MAX_TIME_US).ok_or(ArgError::At)?);
+            at_us = Some(parse_at(value)?);
         } else if token.eq_ignore_ascii_case(b"TTLFROM") {
             let value = option_value(&mut args, "TTLFROM", ttl_from_ms.is_some())?;
-            ttl_from_ms = Some(parse_ttl_from(value)?);
+            ttl_from_ms = Some(parse_u64(value).ok_or(ArgError::TtlFrom).and_then(checked_ttl_from)?);
         } else if token.eq_ignore_ascii_case(b"BLOCK") {
             let value = option_value(&mut args, "BLOCK", block_ms.is_some())?;
             block_ms = Some(parse_u64(value).filter(|&ms| ms <= MAX_BLOCK_MS).ok_or(ArgError::Block)?);
@@ -207,13 +207,13 @@ pub fn parse_all(args: &[&[u8]]) -> Result<Vec<Spec>, ArgError> {
         let mut rest = args.get(i + 1..).unwrap_or_default().iter().copied();
         if token.eq_ignore_ascii_case(b"COST") {
             let value = option_value(&mut rest, "COST", cost.is_some())?;
-            cost = Some(parse_i64(value).filter(|c| c.unsigned_abs() <= MAX_LIMIT).ok_or(ArgError::Cost)?);
+            cost = Some(parse_i64(value).ok_or(ArgError::Cost).and_then(checked_cost)?);
         } else if token.eq_ignore_ascii_case(b"AT") {
             let value = option_value(&mut rest, "AT", at_us.is_some())?;
-            at_us = Some(parse_u64(value).filter(|&t| t <= MAX_TIME_US).ok_or(ArgError::At)?);
+            at_us = Some(parse_at(value)?);
         } else if token.eq_ignore_ascii_case(b"TTLFROM") {
             let value = option_value(&mut rest, "TTLFROM", ttl_from_ms.is_some())?;
-            ttl_from_ms = Some(parse_ttl_from(value)?);
+            ttl_from_ms = Some(parse_u64(value).ok_or(ArgError::TtlFrom).and_then(checked_ttl_from)?);
         } else {
             break;
         }
@@ -286,8 +286,36 @@ pub fn parse_u64(bytes: &[u8]) -> Option<u64> {
     })
 }
 
-fn parse_ttl_from(value: &[u8]) -> Result<u64, ArgError> {
-    parse_u64(value).filter(|&t| t <= MAX_TIME_US / 1000).ok_or(ArgError::TtlFrom)
+/// `COST` within its bounds, whether it came as a word or packed.
+fn checked_cost(cost: i64) -> Result<i64, ArgError> {
+    if cost.unsigned_abs() <= MAX_LIMIT {
+        Ok(cost)
+    } else {
+        Err(ArgError::Cost)
+    }
+}
+
+/// `AT µs`'s value, in its bounds.
+pub fn parse_at(value: &[u8]) -> Result<u64, ArgError> {
+    parse_u64(value).ok_or(ArgError::At).and_then(checked_at)
+}
+
+/// `AT` within its bounds.
+fn checked_at(at_us: u64) -> Result<u64, ArgError> {
+    if at_us <= MAX_TIME_US {
+        Ok(at_us)
+    } else {
+        Err(ArgError::At)
+    }
+}
+
+/// `TTLFROM` within its bounds: the latest `AT`, in ms.
+fn checked_ttl_from(ttl_from_ms: u64) -> Result<u64, ArgError> {
+    if ttl_from_ms <= MAX_TIME_US / 1000 {
+        Ok(ttl_from_ms)
+    } else {
+        Err(ArgError::TtlFrom)
+    }
 }
 
 /// A plain decimal integer with an optional leading `-`.
@@ -374,15 +402,7 @@ impl PackedCall {
         if params.burst() != burst {
             return Err(bad());
         }
-        if cost.unsigned_abs() > MAX_LIMIT {
-            return Err(ArgError::Cost);
-        }
-        if at_us > MAX_TIME_US {
-            return Err(ArgError::At);
-        }
-        if ttl_from_ms > MAX_TIME_US / 1000 {
-            return Err(ArgError::TtlFrom);
-        }
+        let (cost, at_us, ttl_from_ms) = (checked_cost(cost)?, checked_at(at_us)?, checked_ttl_from(ttl_from_ms)?);
         let call = Call { params, cost, at_us: Some(at_us), exact, block_ms: None, ttl_from_ms: Some(ttl_from_ms) };
         Ok((algorithm, call))
     }

@@ -12,8 +12,8 @@ use std::ffi::CStr;
 
 use super::ffi::{self, Ctx, Key, RString, Slot};
 use super::types::Stored;
-use crate::args::{parse_u64, ArgError};
-use crate::limiter::{FixedWindow, LeakyBucket, Limiter, SlidingLog, SlidingWindow, TokenBucket, MAX_TIME_US};
+use crate::args::{parse_at, ArgError};
+use crate::limiter::{FixedWindow, LeakyBucket, Limiter, SlidingLog, SlidingWindow, TokenBucket};
 
 /// A field's name and value.
 type Field = (&'static CStr, i64);
@@ -97,9 +97,9 @@ pub(crate) fn info(ctx: Ctx, argv: &[RString]) {
     let (key_name, at_us) = match argv {
         [_, key] => (*key, None),
         [_, key, option, value] if ffi::bytes(*option).eq_ignore_ascii_case(b"AT") => {
-            match parse_u64(ffi::bytes(*value)).filter(|&t| t <= MAX_TIME_US) {
-                Some(at) => (*key, Some(at)),
-                None => return ffi::reply_error(ctx, &ArgError::At.message()),
+            match parse_at(ffi::bytes(*value)) {
+                Ok(at) => (*key, Some(at)),
+                Err(e) => return ffi::reply_error(ctx, &e.message()),
             }
         }
         [_, _, option, _] => {
