@@ -56,16 +56,15 @@ pub(crate) fn execute(
         let reset_after_ms = outcome.decision.reset_after_ms;
         // Made only when someone receives it: the key stays open until then.
         let full = move || {
-            let expire_at_ms = call.ttl_from_ms.unwrap_or(now_ms).saturating_add(reset_after_ms);
+            // The master's clock: this server's, or the one a replayed call carries.
+            let master_ms = call.ttl_from_ms.unwrap_or(now_ms);
+            let expire_at_ms = master_ms.saturating_add(reset_after_ms);
             let snapshot = if reset_after_ms > 0 { snapshot(&mut key, algorithm, call.exact, expire_at_ms) } else { None };
             drop(key);
             match snapshot {
                 _ if reset_after_ms == 0 => propagation::delete(ctx, key_name),
                 Some(snapshot) => propagation::set_state(ctx, key_name, &snapshot),
-                None => {
-                    let packed = PackedCall::new(algorithm, call, now_us, call.ttl_from_ms.unwrap_or(now_ms));
-                    propagation::call(ctx, key_name, &packed)
-                }
+                None => propagation::call(ctx, key_name, &PackedCall::new(algorithm, call, now_us, master_ms)),
             }
         };
         match origin {

@@ -56,6 +56,10 @@ pub(crate) enum Slot<'a, T> {
     Other,
 }
 
+/// The latest instant (Unix ms) a key of ours expires at: the latest `AT`
+/// plus the longest TTL a change sets (two periods, SLIDING's).
+pub(crate) const LATEST_EXPIRY_MS: u64 = (crate::limiter::MAX_TIME_US + 2 * crate::limiter::MAX_PERIOD_US) / 1000;
+
 impl<'a> Key<'a> {
     /// Opens the key for a call that may change it. Opening alone touches
     /// nothing: the module signals a key as modified itself, only when it
@@ -145,15 +149,16 @@ impl<'a> Key<'a> {
         }
     }
 
-    /// Makes the key expire at `at_ms` (Unix ms): exactly where the server
-    /// sets absolute expiries for modules (7.2 and later), else as a TTL
-    /// from the module's clock, which can land a millisecond late.
+    /// Makes the key expire at `at_ms` (Unix ms, at most
+    /// [`LATEST_EXPIRY_MS`]): exactly where the server sets absolute
+    /// expiries for modules (7.2 and later), else as a TTL from the module's
+    /// clock, which can land a millisecond late.
     pub(crate) fn set_expire_at_ms(&mut self, at_ms: u64) {
         // SAFETY: reading a function pointer Redis set at load time.
         let set_at = unsafe { raw::RedisModule_SetAbsExpire };
         match set_at {
             // SAFETY: the key is open for writing and holds a value.
-            Some(f) if at_ms <= crate::limiter::MAX_TIME_US / 1000 => unsafe {
+            Some(f) if at_ms <= LATEST_EXPIRY_MS => unsafe {
                 f(self.ptr, at_ms as i64);
             },
             _ => self.set_expire_ms(at_ms.saturating_sub(super::clock::now_us() / 1000)),

@@ -291,8 +291,9 @@ fn register(ctx: Ctx, command: &Command) -> bool {
 /// `@fast` and, where modules may add categories, `@throttle`; the
 /// internal commands (`THROTTLE._*`) are in neither `@throttle` nor
 /// `@fast`, and those that overwrite any key (`THROTTLE._LOAD`,
-/// `THROTTLE._SET`) are `@admin @dangerous`. On 7.0 module commands have
-/// no categories: grant them by name (README).
+/// `THROTTLE._SET`) or run a call at any time it names (`THROTTLE._CALL`)
+/// are `@admin @dangerous`. On 7.0 module commands have no categories:
+/// grant them by name (README).
 fn set_acl_categories(ctx: Ctx, name: &CString, flags: &str) -> bool {
     // SAFETY: called from OnLoad with the module's context; the strings
     // outlive the calls.

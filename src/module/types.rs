@@ -387,9 +387,8 @@ pub(crate) fn set_command(ctx: ffi::Ctx, argv: &[ffi::RString]) {
         },
         _ => return ffi::reply_wrong_arity(ctx),
     };
-    // Refused rather than clamped: a master never sends one later than the
-    // latest `AT` plus the longest TTL (two periods of SLIDING).
-    if expire_at_ms > (crate::limiter::MAX_TIME_US + 2 * crate::limiter::MAX_PERIOD_US) / 1000 {
+    // Refused rather than clamped: a master never sends a later one.
+    if expire_at_ms > ffi::LATEST_EXPIRY_MS {
         return ffi::reply_error(ctx, "ERR invalid expiry");
     }
     let (tag, version, body) = match state {
