@@ -27,9 +27,7 @@ fn params(limit: u64, period_us: u64, burst: Option<u64>) -> Params {
 /// (a limit no benchmark can exhaust).
 fn admit_fixed_clock<L: Limiter>(c: &mut Criterion, id: &str, p: Params) {
     let mut state = L::default();
-    c.bench_function(id, |b| {
-        b.iter(|| black_box(state.acquire(black_box(&p), black_box(1), black_box(T0))))
-    });
+    c.bench_function(id, |b| b.iter(|| black_box(state.acquire(black_box(&p), black_box(1), black_box(T0)))));
 }
 
 /// One call per iteration at a fixed instant on a state that is full:
@@ -39,9 +37,7 @@ fn deny_fixed_clock<L: Limiter>(c: &mut Criterion, id: &str, p: Params) {
     let first = state.acquire(&p, p.burst(), T0);
     assert!(first.allowed && first.remaining == 0);
     assert!(!state.acquire(&p, 1, T0).allowed);
-    c.bench_function(id, |b| {
-        b.iter(|| black_box(state.acquire(black_box(&p), black_box(1), black_box(T0))))
-    });
+    c.bench_function(id, |b| b.iter(|| black_box(state.acquire(black_box(&p), black_box(1), black_box(T0)))));
 }
 
 fn windows_and_buckets(c: &mut Criterion) {
@@ -86,9 +82,7 @@ fn exact(c: &mut Criterion) {
     }
     let at = T0 + LIMIT;
     assert!(!full.acquire(&p, 1, at).allowed);
-    c.bench_function("exact/deny", |b| {
-        b.iter(|| black_box(full.acquire(black_box(&p), black_box(1), black_box(at))))
-    });
+    c.bench_function("exact/deny", |b| b.iter(|| black_box(full.acquire(black_box(&p), black_box(1), black_box(at)))));
 
     const LONG: u64 = 100_000;
     let p_long = params(MAX_LIMIT, HOUR_US, None);

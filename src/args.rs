@@ -397,7 +397,8 @@ impl PackedCall {
         };
         let mut word = words.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()));
         let mut next = || word.next().ok_or_else(bad);
-        let (limit, period_us, burst, cost, at_us, ttl_from_ms) = (next()?, next()?, next()?, next()? as i64, next()?, next()?);
+        let (limit, period_us, burst, cost, at_us, ttl_from_ms) =
+            (next()?, next()?, next()?, next()? as i64, next()?, next()?);
         let params = Params::new(limit, period_us, algorithm.is_bucket().then_some(burst))?;
         if params.burst() != burst {
             return Err(bad());
@@ -411,7 +412,8 @@ impl PackedCall {
 /// An unknown token as it may be shown in an error: at most 64 bytes,
 /// anything but printable ASCII escaped.
 fn printable(token: &[u8]) -> String {
-    let mut shown: String = token.iter().take(64).flat_map(|&b| std::ascii::escape_default(b)).map(char::from).collect();
+    let mut shown: String =
+        token.iter().take(64).flat_map(|&b| std::ascii::escape_default(b)).map(char::from).collect();
     if token.len() > 64 {
         shown.push_str("...");
     }
@@ -511,11 +513,14 @@ mod tests {
             .iter()
             .map(|s| (s.algorithm, s.key_index, s.call.cost, s.call.at_us, s.call.exact, s.call.params.burst()))
             .collect();
-        assert_eq!(summary, vec![
-            (Algorithm::Fixed, 6, 2, Some(7), false, 10),
-            (Algorithm::Sliding, 10, 2, Some(7), true, 100),
-            (Algorithm::Token, 15, 2, Some(7), false, 9),
-        ]);
+        assert_eq!(
+            summary,
+            vec![
+                (Algorithm::Fixed, 6, 2, Some(7), false, 10),
+                (Algorithm::Sliding, 10, 2, Some(7), true, 100),
+                (Algorithm::Token, 15, 2, Some(7), false, 9),
+            ]
+        );
         // A key may be named like an algorithm: positions decide.
         let args: Vec<&[u8]> = "THROTTLE.ALL FIXED TOKEN 1 1 LEAKY FIXED 2 2".split(' ').map(str::as_bytes).collect();
         let specs = parse_all(&args).unwrap();

@@ -15,7 +15,7 @@
 
 use crate::limiter::{
     Bucket, Counts, Entry, FixedWindow, LeakyBucket, Params, SlidingLog, SlidingWindow, TokenBucket, MAX_LIMIT,
-    MAX_PERIOD_US, MIN_PERIOD_US, MAX_TIME_US,
+    MAX_PERIOD_US, MAX_TIME_US, MIN_PERIOD_US,
 };
 
 /// The encoding version written today; later releases keep loading it.

@@ -7,5 +7,5 @@
 pub mod args;
 pub mod codec;
 pub mod limiter;
-mod waiting;
 mod module;
+mod waiting;

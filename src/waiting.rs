@@ -91,7 +91,13 @@ pub struct Waiters<P> {
 
 impl<P> Default for Waiters<P> {
     fn default() -> Self {
-        Waiters { by_key: HashMap::new(), queues: HashMap::new(), clients: HashMap::new(), next_queue: 1, next_arrival: 0 }
+        Waiters {
+            by_key: HashMap::new(),
+            queues: HashMap::new(),
+            clients: HashMap::new(),
+            next_queue: 1,
+            next_arrival: 0,
+        }
     }
 }
 
@@ -137,13 +143,8 @@ impl<P> Waiters<P> {
                 let id = self.next_queue;
                 self.next_queue += 1;
                 self.by_key.entry(db).or_default().insert(key.to_vec(), id);
-                let queue = Queue {
-                    db,
-                    key: key.to_vec(),
-                    waiters: BTreeMap::new(),
-                    deadlines: BTreeSet::new(),
-                    timer: None,
-                };
+                let queue =
+                    Queue { db, key: key.to_vec(), waiters: BTreeMap::new(), deadlines: BTreeSet::new(), timer: None };
                 self.queues.insert(id, queue);
                 id
             }
@@ -351,8 +352,11 @@ mod tests {
 
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
-            (0..3u8, 0..12u8, proptest::option::of(0..100u16))
-                .prop_map(|(key, client, deadline)| Op::Add { key, client, deadline }),
+            (0..3u8, 0..12u8, proptest::option::of(0..100u16)).prop_map(|(key, client, deadline)| Op::Add {
+                key,
+                client,
+                deadline
+            }),
             (0..12u8).prop_map(|client| Op::Remove { client }),
             (0..3u8, 0..100u16).prop_map(|(key, now)| Op::Expire { key, now }),
         ]

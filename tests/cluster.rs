@@ -193,7 +193,8 @@ fn cluster_routes_keys_and_survives_a_failover() {
     // same states.
     let replica = nodes.iter().find(|n| role(&mut n.conn()) == "slave").expect("a replica");
     let mut rc = replica.conn();
-    let old_master: u16 = info_field(&mut rc, "replication", "master_port").and_then(|p| p.parse().ok()).expect("master_port");
+    let old_master: u16 =
+        info_field(&mut rc, "replication", "master_port").and_then(|p| p.parse().ok()).expect("master_port");
     wait_until("the replica's link", Duration::from_secs(20), || {
         info_field(&mut rc, "replication", "master_link_status").as_deref() == Some("up")
     });
@@ -205,7 +206,9 @@ fn cluster_routes_keys_and_survives_a_failover() {
     if promoted.is_err() {
         panic!("no failover; replica log:\n{}\nmaster log:\n{}", replica.log(), by_port[&old_master].log());
     }
-    wait_until("the old master to follow", Duration::from_secs(30), || role(&mut by_port[&old_master].conn()) == "slave");
+    wait_until("the old master to follow", Duration::from_secs(30), || {
+        role(&mut by_port[&old_master].conn()) == "slave"
+    });
     for node in &nodes {
         wait_until("cluster_state:ok after the failover", Duration::from_secs(30), || cluster_ok(node));
     }

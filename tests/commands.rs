@@ -141,23 +141,28 @@ const KINDS: [(&str, &str, &str); 5] = [
 fn fixed_window_opens_at_first_call() {
     let server = Server::start();
     let mut c = server.conn();
-    run_script(&mut c, "THROTTLE.FIXED k 3 10s", "", &[
-        (0, 1, (1, 3, 2, 0, 10_000)),
-        (5 * S, 2, (1, 3, 0, 0, 5_000)),
-        // Full: retry when the window ends, 1 µs later, rounded up.
-        (10 * S - 1, 1, (0, 3, 0, 1, 1)),
-        (10 * S, 1, (1, 3, 2, 0, 10_000)),
-        (10 * S, 0, (1, 3, 2, 0, 10_000)),
-        (10 * S, 4, (0, 3, 2, -1, 10_000)),
-        (15 * S, 2, (1, 3, 0, 0, 5_000)),
-        (15 * S, 1, (0, 3, 0, 5_000, 5_000)),
-        // The window [10 s, 20 s) is over: idle.
-        (25 * S, 0, (1, 3, 3, 0, 0)),
-        // A new window opens at the call, not on a grid.
-        (25 * S + 300 * MS, 1, (1, 3, 2, 0, 10_000)),
-        (34_800 * MS, 2, (1, 3, 0, 0, 500)),
-        (35_300 * MS, 1, (1, 3, 2, 0, 10_000)),
-    ]);
+    run_script(
+        &mut c,
+        "THROTTLE.FIXED k 3 10s",
+        "",
+        &[
+            (0, 1, (1, 3, 2, 0, 10_000)),
+            (5 * S, 2, (1, 3, 0, 0, 5_000)),
+            // Full: retry when the window ends, 1 µs later, rounded up.
+            (10 * S - 1, 1, (0, 3, 0, 1, 1)),
+            (10 * S, 1, (1, 3, 2, 0, 10_000)),
+            (10 * S, 0, (1, 3, 2, 0, 10_000)),
+            (10 * S, 4, (0, 3, 2, -1, 10_000)),
+            (15 * S, 2, (1, 3, 0, 0, 5_000)),
+            (15 * S, 1, (0, 3, 0, 5_000, 5_000)),
+            // The window [10 s, 20 s) is over: idle.
+            (25 * S, 0, (1, 3, 3, 0, 0)),
+            // A new window opens at the call, not on a grid.
+            (25 * S + 300 * MS, 1, (1, 3, 2, 0, 10_000)),
+            (34_800 * MS, 2, (1, 3, 0, 0, 500)),
+            (35_300 * MS, 1, (1, 3, 2, 0, 10_000)),
+        ],
+    );
 }
 
 #[test]
@@ -165,52 +170,67 @@ fn sliding_counter_weighs_the_previous_window() {
     let server = Server::start();
     let mut c = server.conn();
     // Windows of 10 s aligned on the epoch; T0 starts one.
-    run_script(&mut c, "THROTTLE.SLIDING a 10 10s", "", &[
-        (9 * S, 10, (1, 10, 0, 0, 11_000)),
-        // At 12 s the previous window weighs 8/10: 8 used, 2 left.
-        (12 * S, 0, (1, 10, 2, 0, 8_000)),
-        (12 * S, 2, (1, 10, 0, 0, 18_000)),
-        // 10 * 7.5/10 + 2 = 9.5: one more fits at 13 s (estimate 9).
-        (12_500 * MS, 1, (0, 10, 0, 500, 17_500)),
-        (13 * S - 1, 1, (0, 10, 0, 1, 17_001)),
-        (13 * S, 1, (1, 10, 0, 0, 17_000)),
-        (13 * S, 11, (0, 10, 0, -1, 17_000)),
-    ]);
-    run_script(&mut c, "THROTTLE.SLIDING b 4 10s", "", &[
-        (0, 4, (1, 4, 0, 0, 20_000)),
-        // 4 + 1 > 4 in this window; in the next 4 * (10 - e)/10 <= 3 at e = 2.5 s.
-        (S, 1, (0, 4, 0, 11_500, 19_000)),
-        (12_500 * MS - 1, 1, (0, 4, 0, 1, 7_501)),
-        (12_500 * MS, 1, (1, 4, 0, 0, 17_500)),
-        // Next window: the 1 of [10 s, 20 s) weighs fully at its start.
-        (20 * S, 0, (1, 4, 3, 0, 10_000)),
-        // Two windows on, nothing counts.
-        (30 * S, 0, (1, 4, 4, 0, 0)),
-        (30 * S, 5, (0, 4, 4, -1, 0)),
-    ]);
+    run_script(
+        &mut c,
+        "THROTTLE.SLIDING a 10 10s",
+        "",
+        &[
+            (9 * S, 10, (1, 10, 0, 0, 11_000)),
+            // At 12 s the previous window weighs 8/10: 8 used, 2 left.
+            (12 * S, 0, (1, 10, 2, 0, 8_000)),
+            (12 * S, 2, (1, 10, 0, 0, 18_000)),
+            // 10 * 7.5/10 + 2 = 9.5: one more fits at 13 s (estimate 9).
+            (12_500 * MS, 1, (0, 10, 0, 500, 17_500)),
+            (13 * S - 1, 1, (0, 10, 0, 1, 17_001)),
+            (13 * S, 1, (1, 10, 0, 0, 17_000)),
+            (13 * S, 11, (0, 10, 0, -1, 17_000)),
+        ],
+    );
+    run_script(
+        &mut c,
+        "THROTTLE.SLIDING b 4 10s",
+        "",
+        &[
+            (0, 4, (1, 4, 0, 0, 20_000)),
+            // 4 + 1 > 4 in this window; in the next 4 * (10 - e)/10 <= 3 at e = 2.5 s.
+            (S, 1, (0, 4, 0, 11_500, 19_000)),
+            (12_500 * MS - 1, 1, (0, 4, 0, 1, 7_501)),
+            (12_500 * MS, 1, (1, 4, 0, 0, 17_500)),
+            // Next window: the 1 of [10 s, 20 s) weighs fully at its start.
+            (20 * S, 0, (1, 4, 3, 0, 10_000)),
+            // Two windows on, nothing counts.
+            (30 * S, 0, (1, 4, 4, 0, 0)),
+            (30 * S, 5, (0, 4, 4, -1, 0)),
+        ],
+    );
 }
 
 #[test]
 fn sliding_exact_units_leave_one_period_after_admission() {
     let server = Server::start();
     let mut c = server.conn();
-    run_script(&mut c, "THROTTLE.SLIDING k 3 10s", " EXACT", &[
-        (0, 1, (1, 3, 2, 0, 10_000)),
-        (2 * S, 2, (1, 3, 0, 0, 10_000)),
-        // Until the unit of 0 s leaves at 10 s; idle when the 2 s entry leaves.
-        (5 * S, 1, (0, 3, 0, 5_000, 7_000)),
-        (10 * S - 1, 1, (0, 3, 0, 1, 2_001)),
-        (10 * S, 1, (1, 3, 0, 0, 10_000)),
-        (10 * S, 1, (0, 3, 0, 2_000, 10_000)),
-        (12 * S, 2, (1, 3, 0, 0, 10_000)),
-        // 3 units must leave: the entries of 10 s (1) and 12 s (2).
-        (12 * S, 3, (0, 3, 0, 10_000, 10_000)),
-        (12 * S, 4, (0, 3, 0, -1, 10_000)),
-        (12 * S, 0, (1, 3, 0, 0, 10_000)),
-        // The 10 s unit left at 20 s; the 12 s entry leaves 1 µs later.
-        (22 * S - 1, 0, (1, 3, 1, 0, 1)),
-        (22 * S, 0, (1, 3, 3, 0, 0)),
-    ]);
+    run_script(
+        &mut c,
+        "THROTTLE.SLIDING k 3 10s",
+        " EXACT",
+        &[
+            (0, 1, (1, 3, 2, 0, 10_000)),
+            (2 * S, 2, (1, 3, 0, 0, 10_000)),
+            // Until the unit of 0 s leaves at 10 s; idle when the 2 s entry leaves.
+            (5 * S, 1, (0, 3, 0, 5_000, 7_000)),
+            (10 * S - 1, 1, (0, 3, 0, 1, 2_001)),
+            (10 * S, 1, (1, 3, 0, 0, 10_000)),
+            (10 * S, 1, (0, 3, 0, 2_000, 10_000)),
+            (12 * S, 2, (1, 3, 0, 0, 10_000)),
+            // 3 units must leave: the entries of 10 s (1) and 12 s (2).
+            (12 * S, 3, (0, 3, 0, 10_000, 10_000)),
+            (12 * S, 4, (0, 3, 0, -1, 10_000)),
+            (12 * S, 0, (1, 3, 0, 0, 10_000)),
+            // The 10 s unit left at 20 s; the 12 s entry leaves 1 µs later.
+            (22 * S - 1, 0, (1, 3, 1, 0, 1)),
+            (22 * S, 0, (1, 3, 3, 0, 0)),
+        ],
+    );
 }
 
 #[test]
@@ -218,32 +238,43 @@ fn token_bucket_starts_full_and_refills_continuously() {
     let server = Server::start();
     let mut c = server.conn();
     // 10 per 10 s, burst 5: one token a second; `limit` field = burst.
-    run_script(&mut c, "THROTTLE.TOKEN a 10 10s", " BURST 5", &[
-        (0, 0, (1, 5, 5, 0, 0)),
-        (0, 5, (1, 5, 0, 0, 5_000)),
-        (0, 1, (0, 5, 0, 1_000, 5_000)),
-        (500 * MS, 1, (0, 5, 0, 500, 4_500)),
-        (S, 1, (1, 5, 0, 0, 5_000)),
-        // 2.5 tokens back, 2 taken: 0.5 left, 4.5 s to full.
-        (3_500 * MS, 2, (1, 5, 0, 0, 4_500)),
-        (3_500 * MS, 6, (0, 5, 0, -1, 4_500)),
-        (3_500 * MS, 1, (0, 5, 0, 500, 4_500)),
-        (20 * S, 0, (1, 5, 5, 0, 0)),
-    ]);
+    run_script(
+        &mut c,
+        "THROTTLE.TOKEN a 10 10s",
+        " BURST 5",
+        &[
+            (0, 0, (1, 5, 5, 0, 0)),
+            (0, 5, (1, 5, 0, 0, 5_000)),
+            (0, 1, (0, 5, 0, 1_000, 5_000)),
+            (500 * MS, 1, (0, 5, 0, 500, 4_500)),
+            (S, 1, (1, 5, 0, 0, 5_000)),
+            // 2.5 tokens back, 2 taken: 0.5 left, 4.5 s to full.
+            (3_500 * MS, 2, (1, 5, 0, 0, 4_500)),
+            (3_500 * MS, 6, (0, 5, 0, -1, 4_500)),
+            (3_500 * MS, 1, (0, 5, 0, 500, 4_500)),
+            (20 * S, 0, (1, 5, 5, 0, 0)),
+        ],
+    );
     // BURST defaults to limit.
-    run_script(&mut c, "THROTTLE.TOKEN b 2 10s", "", &[
-        (0, 1, (1, 2, 1, 0, 5_000)),
-        (0, 1, (1, 2, 0, 0, 10_000)),
-        (0, 1, (0, 2, 0, 5_000, 10_000)),
-    ]);
+    run_script(
+        &mut c,
+        "THROTTLE.TOKEN b 2 10s",
+        "",
+        &[(0, 1, (1, 2, 1, 0, 5_000)), (0, 1, (1, 2, 0, 0, 10_000)), (0, 1, (0, 2, 0, 5_000, 10_000))],
+    );
     // A burst above the rate.
-    run_script(&mut c, "THROTTLE.TOKEN c 1 10s", " BURST 4", &[
-        (0, 4, (1, 4, 0, 0, 40_000)),
-        (10 * S, 1, (1, 4, 0, 0, 40_000)),
-        (10 * S, 1, (0, 4, 0, 10_000, 40_000)),
-        (15 * S, 0, (1, 4, 0, 0, 35_000)),
-        (20 * S, 0, (1, 4, 1, 0, 30_000)),
-    ]);
+    run_script(
+        &mut c,
+        "THROTTLE.TOKEN c 1 10s",
+        " BURST 4",
+        &[
+            (0, 4, (1, 4, 0, 0, 40_000)),
+            (10 * S, 1, (1, 4, 0, 0, 40_000)),
+            (10 * S, 1, (0, 4, 0, 10_000, 40_000)),
+            (15 * S, 0, (1, 4, 0, 0, 35_000)),
+            (20 * S, 0, (1, 4, 1, 0, 30_000)),
+        ],
+    );
 }
 
 #[test]
@@ -251,26 +282,32 @@ fn leaky_bucket_admits_with_queue_delay() {
     let server = Server::start();
     let mut c = server.conn();
     // Drains 10 per 10 s (one a second); holds up to 3 units of work.
-    run_script(&mut c, "THROTTLE.LEAKY a 10 10s", " BURST 3", &[
-        (0, 0, (1, 3, 3, 0, 0)),
-        (0, 1, (1, 3, 2, 0, 1_000)),
-        // Admitted, behind 1 s of queued work.
-        (0, 1, (1, 3, 1, 1_000, 2_000)),
-        (0, 1, (1, 3, 0, 2_000, 3_000)),
-        (0, 1, (0, 3, 0, 1_000, 3_000)),
-        (S, 1, (1, 3, 0, 2_000, 3_000)),
-        (S, 4, (0, 3, 0, -1, 3_000)),
-        (10 * S, 0, (1, 3, 3, 0, 0)),
-        (10 * S, 2, (1, 3, 1, 0, 2_000)),
-        // 1.5 units still queued ahead.
-        (10_500 * MS, 1, (1, 3, 0, 1_500, 2_500)),
-    ]);
+    run_script(
+        &mut c,
+        "THROTTLE.LEAKY a 10 10s",
+        " BURST 3",
+        &[
+            (0, 0, (1, 3, 3, 0, 0)),
+            (0, 1, (1, 3, 2, 0, 1_000)),
+            // Admitted, behind 1 s of queued work.
+            (0, 1, (1, 3, 1, 1_000, 2_000)),
+            (0, 1, (1, 3, 0, 2_000, 3_000)),
+            (0, 1, (0, 3, 0, 1_000, 3_000)),
+            (S, 1, (1, 3, 0, 2_000, 3_000)),
+            (S, 4, (0, 3, 0, -1, 3_000)),
+            (10 * S, 0, (1, 3, 3, 0, 0)),
+            (10 * S, 2, (1, 3, 1, 0, 2_000)),
+            // 1.5 units still queued ahead.
+            (10_500 * MS, 1, (1, 3, 0, 1_500, 2_500)),
+        ],
+    );
     // BURST defaults to limit.
-    run_script(&mut c, "THROTTLE.LEAKY b 2 10s", "", &[
-        (0, 1, (1, 2, 1, 0, 5_000)),
-        (0, 1, (1, 2, 0, 5_000, 10_000)),
-        (0, 1, (0, 2, 0, 5_000, 10_000)),
-    ]);
+    run_script(
+        &mut c,
+        "THROTTLE.LEAKY b 2 10s",
+        "",
+        &[(0, 1, (1, 2, 1, 0, 5_000)), (0, 1, (1, 2, 0, 5_000, 10_000)), (0, 1, (0, 2, 0, 5_000, 10_000))],
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -499,9 +536,8 @@ fn check_properties(c: &mut redis::Connection, head: &str, tail: &str, period_us
             6 => period_us,
             _ => rng.below(2 * period_us + 1),
         };
-        let probe = |c: &mut redis::Connection, cost: i64, at: u64| {
-            sim(c, &format!("{copy_head} COST {cost} AT {at}{tail}"))
-        };
+        let probe =
+            |c: &mut redis::Connection, cost: i64, at: u64| sim(c, &format!("{copy_head} COST {cost} AT {at}{tail}"));
         let fresh_copy = |c: &mut redis::Connection| {
             let _: i64 = call(c, &format!("DEL {copy}")).unwrap();
             let _: i64 = call(c, &format!("COPY {key} {copy}")).unwrap();
@@ -547,7 +583,10 @@ fn check_properties(c: &mut redis::Connection, head: &str, tail: &str, period_us
             assert_eq!(probe(c, cost, due).0, 1, "{ctx}: not admitted after retry_after");
         }
     }
-    assert!(admitted > 20 && limited > 10, "{head}: a workload that tests little ({admitted} admitted, {limited} limited)");
+    assert!(
+        admitted > 20 && limited > 10,
+        "{head}: a workload that tests little ({admitted} admitted, {limited} limited)"
+    );
 }
 
 #[test]
@@ -609,8 +648,11 @@ fn fixed_admits_a_double_burst_at_the_window_edge_and_exact_does_not() {
 
     // The same on a denser, longer stream: 20 per 1 s, asked 100 per 1 s.
     let stream: Vec<u64> = (0..300).map(|i| T0 + 10 * S + i * 10 * MS + (i * 7919) % 9_000).collect();
-    let exact: Vec<u64> =
-        stream.iter().copied().filter(|t| sim(&mut c, &format!("THROTTLE.SLIDING e2 20 1s AT {t} EXACT")).0 == 1).collect();
+    let exact: Vec<u64> = stream
+        .iter()
+        .copied()
+        .filter(|t| sim(&mut c, &format!("THROTTLE.SLIDING e2 20 1s AT {t} EXACT")).0 == 1)
+        .collect();
     assert!(most_in_a_period(&exact) <= 20);
     assert!(exact.len() >= 60, "admits as much as the limit allows: {}", exact.len());
 }
@@ -650,7 +692,11 @@ fn ttl_equals_reset_after() {
                 // read on the client. They differ by the two calls'
                 // latencies at most.
                 let ttl = pttl(&mut c, &key);
-                assert!((ttl - reply.4).abs() <= ttl_slack_ms(), "{line}: PTTL {ttl} should equal reset_after {}", reply.4);
+                assert!(
+                    (ttl - reply.4).abs() <= ttl_slack_ms(),
+                    "{line}: PTTL {ttl} should equal reset_after {}",
+                    reply.4
+                );
             }
         }
         // Calls without AT use the server's clock: the same holds.
@@ -717,7 +763,10 @@ fn changed_parameters_carry_the_state_over() {
     let mut c = server.conn();
     let at = |dt: u64| T0 + dt;
     // TOKEN keeps its tokens, clamped to a smaller burst.
-    assert_eq!(throttle(&mut c, &format!("THROTTLE.TOKEN t 10 10s BURST 10 COST 2 AT {}", at(0))), (1, 10, 8, 0, 2_000));
+    assert_eq!(
+        throttle(&mut c, &format!("THROTTLE.TOKEN t 10 10s BURST 10 COST 2 AT {}", at(0))),
+        (1, 10, 8, 0, 2_000)
+    );
     assert_eq!(throttle(&mut c, &format!("THROTTLE.TOKEN t 10 10s BURST 5 COST 0 AT {}", at(0))), (1, 5, 5, 0, 0));
     // The same rate written per minute: the 8 tokens stay 8 (the peek
     // above changed nothing).
@@ -725,14 +774,29 @@ fn changed_parameters_carry_the_state_over() {
     // A change that takes units stores the clamped bucket: 5 - 1 = 4
     // tokens, and a larger burst later does not give the clamped ones back.
     assert_eq!(throttle(&mut c, &format!("THROTTLE.TOKEN t 10 10s BURST 5 COST 1 AT {}", at(0))), (1, 5, 4, 0, 1_000));
-    assert_eq!(throttle(&mut c, &format!("THROTTLE.TOKEN t 10 10s BURST 10 COST 0 AT {}", at(0))), (1, 10, 4, 0, 6_000));
+    assert_eq!(
+        throttle(&mut c, &format!("THROTTLE.TOKEN t 10 10s BURST 10 COST 0 AT {}", at(0))),
+        (1, 10, 4, 0, 6_000)
+    );
 
     // LEAKY keeps its queued work, clamped to a smaller burst.
-    assert_eq!(throttle(&mut c, &format!("THROTTLE.LEAKY l 10 10s BURST 10 COST 8 AT {}", at(0))), (1, 10, 2, 0, 8_000));
-    assert_eq!(throttle(&mut c, &format!("THROTTLE.LEAKY l 10 10s BURST 5 COST 0 AT {}", at(0))), (1, 5, 0, 5_000, 5_000));
-    assert_eq!(throttle(&mut c, &format!("THROTTLE.LEAKY l 60 1m BURST 10 COST 0 AT {}", at(0))), (1, 10, 2, 8_000, 8_000));
+    assert_eq!(
+        throttle(&mut c, &format!("THROTTLE.LEAKY l 10 10s BURST 10 COST 8 AT {}", at(0))),
+        (1, 10, 2, 0, 8_000)
+    );
+    assert_eq!(
+        throttle(&mut c, &format!("THROTTLE.LEAKY l 10 10s BURST 5 COST 0 AT {}", at(0))),
+        (1, 5, 0, 5_000, 5_000)
+    );
+    assert_eq!(
+        throttle(&mut c, &format!("THROTTLE.LEAKY l 60 1m BURST 10 COST 0 AT {}", at(0))),
+        (1, 10, 2, 8_000, 8_000)
+    );
     // A faster leak drains the same work sooner.
-    assert_eq!(throttle(&mut c, &format!("THROTTLE.LEAKY l 20 10s BURST 10 COST 0 AT {}", at(0))), (1, 10, 2, 4_000, 4_000));
+    assert_eq!(
+        throttle(&mut c, &format!("THROTTLE.LEAKY l 20 10s BURST 10 COST 0 AT {}", at(0))),
+        (1, 10, 2, 4_000, 4_000)
+    );
 
     // FIXED: a lower limit with more already used leaves nothing.
     assert_eq!(throttle(&mut c, &format!("THROTTLE.FIXED f 10 10s COST 8 AT {}", at(0))), (1, 10, 2, 0, 10_000));
@@ -746,7 +810,10 @@ fn changed_parameters_carry_the_state_over() {
 
     // SLIDING EXACT: the log counts against the new limit.
     assert_eq!(throttle(&mut c, &format!("THROTTLE.SLIDING e 5 10s COST 3 AT {} EXACT", at(0))), (1, 5, 2, 0, 10_000));
-    assert_eq!(throttle(&mut c, &format!("THROTTLE.SLIDING e 3 10s COST 1 AT {} EXACT", at(1))), (0, 3, 0, 10_000, 10_000));
+    assert_eq!(
+        throttle(&mut c, &format!("THROTTLE.SLIDING e 3 10s COST 1 AT {} EXACT", at(1))),
+        (0, 3, 0, 10_000, 10_000)
+    );
     assert_eq!(throttle(&mut c, &format!("THROTTLE.SLIDING e 4 10s COST 1 AT {} EXACT", at(1))), (1, 4, 0, 0, 10_000));
 }
 
@@ -772,18 +839,36 @@ fn numbers_at_their_bounds() {
         // AT from 0 to 10^16
         ("THROTTLE.FIXED i 1 1 AT 0", (1, 1, 0, 0, 1_000)),
         ("THROTTLE.FIXED j 1 1 AT 10000000000000000", (1, 1, 0, 0, 1_000)),
-        ("THROTTLE.SLIDING k 1 3650d AT 10000000000000000", (1, 1, 0, 0, 2 * 315_360_000_000 - 10_000_000_000_000 % 315_360_000_000)),
+        (
+            "THROTTLE.SLIDING k 1 3650d AT 10000000000000000",
+            (1, 1, 0, 0, 2 * 315_360_000_000 - 10_000_000_000_000 % 315_360_000_000),
+        ),
         // period from 1 ms to 3650 days
         (&format!("THROTTLE.FIXED l 1 1ms AT {T0}"), (1, 1, 0, 0, 1)),
         (&format!("THROTTLE.FIXED m 1 3650d AT {T0}"), (1, 1, 0, 0, 315_360_000_000)),
         // BURST 10^15, and the slowest refill allowed (exactly 3650 days).
         (&format!("THROTTLE.TOKEN n {MAX} 1 BURST {MAX} COST {MAX} AT {T0}"), (1, m, 0, 0, 1_000)),
-        (&format!("THROTTLE.TOKEN o 1 1 BURST 315360000 COST 315360000 AT {T0}"), (1, 315_360_000, 0, 0, 315_360_000_000)),
-        (&format!("THROTTLE.LEAKY p 1 1ms BURST 315360000000 COST 315360000000 AT {T0}"), (1, 315_360_000_000, 0, 0, 315_360_000_000)),
+        (
+            &format!("THROTTLE.TOKEN o 1 1 BURST 315360000 COST 315360000 AT {T0}"),
+            (1, 315_360_000, 0, 0, 315_360_000_000),
+        ),
+        (
+            &format!("THROTTLE.LEAKY p 1 1ms BURST 315360000000 COST 315360000000 AT {T0}"),
+            (1, 315_360_000_000, 0, 0, 315_360_000_000),
+        ),
         // Nothing overflows at the extremes together.
-        (&format!("THROTTLE.TOKEN q {MAX} 3650d BURST {MAX} COST {MAX} AT 10000000000000000"), (1, m, 0, 0, 315_360_000_000)),
-        (&format!("THROTTLE.LEAKY r {MAX} 3650d BURST {MAX} COST {MAX} AT 10000000000000000"), (1, m, 0, 0, 315_360_000_000)),
-        (&format!("THROTTLE.SLIDING s {MAX} 3650d COST {MAX} AT 10000000000000000"), (1, m, 0, 0, 2 * 315_360_000_000 - 10_000_000_000_000 % 315_360_000_000)),
+        (
+            &format!("THROTTLE.TOKEN q {MAX} 3650d BURST {MAX} COST {MAX} AT 10000000000000000"),
+            (1, m, 0, 0, 315_360_000_000),
+        ),
+        (
+            &format!("THROTTLE.LEAKY r {MAX} 3650d BURST {MAX} COST {MAX} AT 10000000000000000"),
+            (1, m, 0, 0, 315_360_000_000),
+        ),
+        (
+            &format!("THROTTLE.SLIDING s {MAX} 3650d COST {MAX} AT 10000000000000000"),
+            (1, m, 0, 0, 2 * 315_360_000_000 - 10_000_000_000_000 % 315_360_000_000),
+        ),
     ];
     for (line, want) in ok {
         assert_eq!(throttle(&mut c, line), *want, "{line}");
@@ -978,7 +1063,8 @@ fn wrongtype_for_any_other_type() {
     }
     let mut digests: Vec<String> = (0..KINDS.len()).map(|i| digest(&mut c, &format!("k{i}"))).collect();
     digests.extend(["str", "list", "hash"].map(|k| digest(&mut c, k)));
-    let keys: Vec<String> = (0..KINDS.len()).map(|i| format!("k{i}")).chain(["str", "list", "hash"].map(String::from)).collect();
+    let keys: Vec<String> =
+        (0..KINDS.len()).map(|i| format!("k{i}")).chain(["str", "list", "hash"].map(String::from)).collect();
     for (cmd, extra, name) in KINDS {
         for (j, key) in keys.iter().enumerate() {
             if j < KINDS.len() && KINDS[j].2 == name {
@@ -1049,11 +1135,47 @@ fn random_arguments_get_a_reply_or_an_error() {
     let mut c = server.conn();
     let _: () = call(&mut c, "SET plain x").unwrap();
     let pool: &[&[u8]] = &[
-        b"0", b"1", b"2", b"7", b"-1", b"-0", b"+1", b"1.5", b"10s", b"1ms", b"500MS", b"1m", b"24h", b"3650d",
-        b"3651d", b"0ms", b"1000000000000000", b"1000000000000001", b"-1000000000000000", b"10000000000000000",
-        b"10000000000000001", b"18446744073709551615", b"18446744073709551616", b"99999999999999999999d",
-        b"9223372036854775808", b"COST", b"cost", b"AT", b"at", b"BURST", b"burst", b"EXACT", b"exact", b"NOPE",
-        b"", b" ", b"\x00", b"\xff\xfe", b"1\x00", b"ms", b"d",
+        b"0",
+        b"1",
+        b"2",
+        b"7",
+        b"-1",
+        b"-0",
+        b"+1",
+        b"1.5",
+        b"10s",
+        b"1ms",
+        b"500MS",
+        b"1m",
+        b"24h",
+        b"3650d",
+        b"3651d",
+        b"0ms",
+        b"1000000000000000",
+        b"1000000000000001",
+        b"-1000000000000000",
+        b"10000000000000000",
+        b"10000000000000001",
+        b"18446744073709551615",
+        b"18446744073709551616",
+        b"99999999999999999999d",
+        b"9223372036854775808",
+        b"COST",
+        b"cost",
+        b"AT",
+        b"at",
+        b"BURST",
+        b"burst",
+        b"EXACT",
+        b"exact",
+        b"NOPE",
+        b"",
+        b" ",
+        b"\x00",
+        b"\xff\xfe",
+        b"1\x00",
+        b"ms",
+        b"d",
     ];
     let commands = [FIXED, SLIDING, TOKEN, LEAKY];
     let keys = ["k1", "k2", "k3", "plain"];

@@ -116,7 +116,8 @@ fn with_a_replica_the_replica_holds_the_same_states() {
         let (dm, dr) = (digest(&mut m, key), digest(&mut r, key));
         assert_ne!(dm, "0000000000000000000000000000000000000000", "{key} exists on the master");
         assert_eq!(dm, dr, "{key}: replica differs from master");
-        let (tm, tr): (String, String) = (call(&mut m, &format!("TYPE {key}")).unwrap(), call(&mut r, &format!("TYPE {key}")).unwrap());
+        let (tm, tr): (String, String) =
+            (call(&mut m, &format!("TYPE {key}")).unwrap(), call(&mut r, &format!("TYPE {key}")).unwrap());
         assert_eq!(tm, tr, "{key}: type");
     }
 }

@@ -171,7 +171,8 @@ fn exercise(c: &mut redis::Connection, key: &str, what: &str) {
     }
     let _: redis::RedisResult<redis::Value> = call(c, &format!("THROTTLE.INFO {key}"));
     if let Ok(1) = call::<i64>(c, &format!("EXISTS {key}")) {
-        let _: Vec<String> = call(c, &format!("DEBUG DIGEST-VALUE {key}")).unwrap_or_else(|e| panic!("{what}: digest: {e}"));
+        let _: Vec<String> =
+            call(c, &format!("DEBUG DIGEST-VALUE {key}")).unwrap_or_else(|e| panic!("{what}: digest: {e}"));
         let _: i64 = call(c, &format!("MEMORY USAGE {key}")).unwrap_or_else(|e| panic!("{what}: MEMORY USAGE: {e}"));
         let payload: Vec<u8> = redis::cmd("DUMP").arg(key).query(c).unwrap_or_else(|e| panic!("{what}: DUMP: {e}"));
         Dump::parse(&payload);

@@ -18,7 +18,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::{
-    blocked_clients, call, command, error, info_number, info_field, master_and_replica, open, send_raw, sync, throttle,
+    blocked_clients, call, command, error, info_field, info_number, master_and_replica, open, send_raw, sync, throttle,
     wait_until, waiting, Reply, Server, Waiter, READ_TIMEOUT,
 };
 use redis::Value;
@@ -113,9 +113,7 @@ fn five(v: &Value) -> Reply {
 /// `THROTTLE.ALL`'s RESP2 reply: allowed, then one reply per spec.
 fn all_reply(v: &Value) -> (i64, Vec<Reply>) {
     let Value::Array(items) = v else { panic!("expected an array, got {v:?}") };
-    let Some((Value::Int(allowed), specs)) = items.split_first() else {
-        panic!("expected allowed first, got {v:?}")
-    };
+    let Some((Value::Int(allowed), specs)) = items.split_first() else { panic!("expected allowed first, got {v:?}") };
     (*allowed, specs.iter().map(five).collect())
 }
 
@@ -162,7 +160,13 @@ fn info_fields(algorithm: &str, ints: &[(&str, i64)]) -> BTreeMap<String, Value>
 }
 
 /// What a RESP3 client should get for a decision.
-fn decision_map(allowed: bool, limit: i64, remaining: i64, retry_after: i64, reset_after: i64) -> BTreeMap<String, Value> {
+fn decision_map(
+    allowed: bool,
+    limit: i64,
+    remaining: i64,
+    retry_after: i64,
+    reset_after: i64,
+) -> BTreeMap<String, Value> {
     [
         ("allowed", Value::Boolean(allowed)),
         ("limit", Value::Int(limit)),
@@ -218,8 +222,16 @@ fn block_waits_until_the_call_can_succeed_on_every_command() {
         let waited = before.elapsed();
         assert_eq!(got.0, 1, "{blocking}: admitted once it can be: {got:?}");
         let earliest = Duration::from_millis(probe.3 as u64 - 1);
-        assert!(waited >= earliest, "{blocking}: answered after {waited:?}, before retry_after ({} ms) allows", probe.3);
-        assert!(waited < earliest + SLACK * 2, "{blocking}: answered only after {waited:?} (retry_after {} ms)", probe.3);
+        assert!(
+            waited >= earliest,
+            "{blocking}: answered after {waited:?}, before retry_after ({} ms) allows",
+            probe.3
+        );
+        assert!(
+            waited < earliest + SLACK * 2,
+            "{blocking}: answered only after {waited:?} (retry_after {} ms)",
+            probe.3
+        );
     }
     assert_eq!((waiting(&mut c), blocked_clients(&mut c)), (0, 0));
     // Each blocked call counts once as blocked, then as admitted.
@@ -379,7 +391,9 @@ fn a_waiter_that_disconnects_leaves_nothing_behind() {
     let before = Instant::now();
     assert_eq!(throttle(&mut c, line).0, 1);
     let gone = send_raw(server.port, &format!("{line} BLOCK 0"));
-    wait_until("the raw client to wait", Duration::from_secs(5), || waiting(&mut c) == 1 && blocked_clients(&mut c) == 1);
+    wait_until("the raw client to wait", Duration::from_secs(5), || {
+        waiting(&mut c) == 1 && blocked_clients(&mut c) == 1
+    });
     drop(gone);
     wait_until("the module to forget the client", Duration::from_secs(5), || {
         waiting(&mut c) == 0 && blocked_clients(&mut c) == 0
@@ -533,7 +547,8 @@ fn block_on_a_cost_above_the_limit_answers_at_once_even_behind_waiters() {
 fn bad_block_values_are_errors_naming_block() {
     let server = Server::start();
     let mut c = open(&server.url());
-    let heads = ["THROTTLE.FIXED bad 1 1s", "THROTTLE.SLIDING bad 1 1s", "THROTTLE.TOKEN bad 1 1s", "THROTTLE.LEAKY bad 1 1s"];
+    let heads =
+        ["THROTTLE.FIXED bad 1 1s", "THROTTLE.SLIDING bad 1 1s", "THROTTLE.TOKEN bad 1 1s", "THROTTLE.LEAKY bad 1 1s"];
     let tails = [
         ("BLOCK -1", "invalid BLOCK"),
         ("BLOCK x", "invalid BLOCK"),
@@ -641,61 +656,96 @@ fn refunds_give_units_back_but_never_past_idle() {
     let at = |offset_us: u64| T + offset_us;
 
     let h = "THROTTLE.FIXED r:f 5 1m";
-    steps(&mut c, &[
-        (format!("{h} COST 3 AT {}", at(0)), (1, 5, 2, 0, 60_000)),
-        (format!("{h} COST -2 AT {}", at(SECOND)), (1, 5, 4, 0, 59_000)),
-    ], "r:f", 1);
+    steps(
+        &mut c,
+        &[
+            (format!("{h} COST 3 AT {}", at(0)), (1, 5, 2, 0, 60_000)),
+            (format!("{h} COST -2 AT {}", at(SECOND)), (1, 5, 4, 0, 59_000)),
+        ],
+        "r:f",
+        1,
+    );
     let pttl: i64 = call(&mut c, "PTTL r:f").expect("PTTL");
     assert!((58_000..=59_000).contains(&pttl), "PTTL follows reset_after: {pttl}");
     steps(&mut c, &[(format!("{h} COST -10 AT {}", at(2 * SECOND)), (1, 5, 5, 0, 0))], "r:f", 0);
 
     let h = "THROTTLE.SLIDING r:s 5 1m";
-    steps(&mut c, &[
-        (format!("{h} COST 3 AT {}", at(0)), (1, 5, 2, 0, 120_000)),
-        (format!("{h} COST -2 AT {}", at(SECOND)), (1, 5, 4, 0, 119_000)),
-        (format!("{h} COST -10 AT {}", at(2 * SECOND)), (1, 5, 5, 0, 0)),
-    ], "r:s", 0);
+    steps(
+        &mut c,
+        &[
+            (format!("{h} COST 3 AT {}", at(0)), (1, 5, 2, 0, 120_000)),
+            (format!("{h} COST -2 AT {}", at(SECOND)), (1, 5, 4, 0, 119_000)),
+            (format!("{h} COST -10 AT {}", at(2 * SECOND)), (1, 5, 5, 0, 0)),
+        ],
+        "r:s",
+        0,
+    );
     // The current window gives back first, then the previous one.
     let h = "THROTTLE.SLIDING r:s2 5 1m";
-    steps(&mut c, &[
-        (format!("{h} COST 4 AT {}", at(0)), (1, 5, 1, 0, 120_000)),
-        (format!("{h} COST 1 AT {}", at(60 * SECOND)), (1, 5, 0, 0, 120_000)),
-        (format!("{h} COST -2 AT {}", at(60 * SECOND)), (1, 5, 2, 0, 60_000)),
-    ], "r:s2", 1);
+    steps(
+        &mut c,
+        &[
+            (format!("{h} COST 4 AT {}", at(0)), (1, 5, 1, 0, 120_000)),
+            (format!("{h} COST 1 AT {}", at(60 * SECOND)), (1, 5, 0, 0, 120_000)),
+            (format!("{h} COST -2 AT {}", at(60 * SECOND)), (1, 5, 2, 0, 60_000)),
+        ],
+        "r:s2",
+        1,
+    );
 
     // The newest units go first: the entry at T keeps 2 of its 3.
     let h = "THROTTLE.SLIDING r:e 5 1m";
-    steps(&mut c, &[
-        (format!("{h} COST 3 AT {} EXACT", at(0)), (1, 5, 2, 0, 60_000)),
-        (format!("{h} COST 1 AT {} EXACT", at(SECOND)), (1, 5, 1, 0, 60_000)),
-        (format!("{h} COST -2 AT {} EXACT", at(2 * SECOND)), (1, 5, 3, 0, 58_000)),
-        (format!("{h} COST -10 AT {} EXACT", at(3 * SECOND)), (1, 5, 5, 0, 0)),
-    ], "r:e", 0);
+    steps(
+        &mut c,
+        &[
+            (format!("{h} COST 3 AT {} EXACT", at(0)), (1, 5, 2, 0, 60_000)),
+            (format!("{h} COST 1 AT {} EXACT", at(SECOND)), (1, 5, 1, 0, 60_000)),
+            (format!("{h} COST -2 AT {} EXACT", at(2 * SECOND)), (1, 5, 3, 0, 58_000)),
+            (format!("{h} COST -10 AT {} EXACT", at(3 * SECOND)), (1, 5, 5, 0, 0)),
+        ],
+        "r:e",
+        0,
+    );
 
     // One token or unit per 6 s.
     let h = "THROTTLE.TOKEN r:t 10 1m";
-    steps(&mut c, &[
-        (format!("{h} COST 8 AT {}", at(0)), (1, 10, 2, 0, 48_000)),
-        (format!("{h} COST -3 AT {}", at(0)), (1, 10, 5, 0, 30_000)),
-        (format!("{h} COST -100 AT {}", at(100 * MS)), (1, 10, 10, 0, 0)),
-    ], "r:t", 0);
+    steps(
+        &mut c,
+        &[
+            (format!("{h} COST 8 AT {}", at(0)), (1, 10, 2, 0, 48_000)),
+            (format!("{h} COST -3 AT {}", at(0)), (1, 10, 5, 0, 30_000)),
+            (format!("{h} COST -100 AT {}", at(100 * MS)), (1, 10, 10, 0, 0)),
+        ],
+        "r:t",
+        0,
+    );
 
     // LEAKY: a refund shortens the queue ahead of the next call.
     let h = "THROTTLE.LEAKY r:l 10 1m";
-    steps(&mut c, &[
-        (format!("{h} COST 8 AT {}", at(0)), (1, 10, 2, 0, 48_000)),
-        (format!("{h} COST -3 AT {}", at(0)), (1, 10, 5, 0, 30_000)),
-        (format!("{h} COST 1 AT {}", at(0)), (1, 10, 4, 30_000, 36_000)),
-        (format!("{h} COST -100 AT {}", at(0)), (1, 10, 10, 0, 0)),
-    ], "r:l", 0);
+    steps(
+        &mut c,
+        &[
+            (format!("{h} COST 8 AT {}", at(0)), (1, 10, 2, 0, 48_000)),
+            (format!("{h} COST -3 AT {}", at(0)), (1, 10, 5, 0, 30_000)),
+            (format!("{h} COST 1 AT {}", at(0)), (1, 10, 4, 30_000, 36_000)),
+            (format!("{h} COST -100 AT {}", at(0)), (1, 10, 10, 0, 0)),
+        ],
+        "r:l",
+        0,
+    );
 
     // Time never runs backwards: a refund dated before the last change
     // counts at that change.
     let h = "THROTTLE.FIXED r:back 5 1m";
-    steps(&mut c, &[
-        (format!("{h} COST 3 AT {}", at(10 * SECOND)), (1, 5, 2, 0, 60_000)),
-        (format!("{h} COST -1 AT {}", at(0)), (1, 5, 3, 0, 60_000)),
-    ], "r:back", 1);
+    steps(
+        &mut c,
+        &[
+            (format!("{h} COST 3 AT {}", at(10 * SECOND)), (1, 5, 2, 0, 60_000)),
+            (format!("{h} COST -1 AT {}", at(0)), (1, 5, 3, 0, 60_000)),
+        ],
+        "r:back",
+        1,
+    );
 }
 
 #[test]
@@ -703,13 +753,18 @@ fn refunds_are_always_admitted_and_change_nothing_on_a_missing_key() {
     let server = Server::start();
     let mut c = open(&server.url());
     let h = "THROTTLE.FIXED r:full 2 1m";
-    steps(&mut c, &[
-        (format!("{h} COST 2 AT {T}"), (1, 2, 0, 0, 60_000)),
-        (format!("{h} AT {T}"), (0, 2, 0, 60_000, 60_000)),
-        (format!("{h} COST -1 AT {T}"), (1, 2, 1, 0, 60_000)),
-        (format!("{h} AT {T}"), (1, 2, 0, 0, 60_000)),
-        (format!("{h} COST -1000000000000000 AT {T}"), (1, 2, 2, 0, 0)),
-    ], "r:full", 0);
+    steps(
+        &mut c,
+        &[
+            (format!("{h} COST 2 AT {T}"), (1, 2, 0, 0, 60_000)),
+            (format!("{h} AT {T}"), (0, 2, 0, 60_000, 60_000)),
+            (format!("{h} COST -1 AT {T}"), (1, 2, 1, 0, 60_000)),
+            (format!("{h} AT {T}"), (1, 2, 0, 0, 60_000)),
+            (format!("{h} COST -1000000000000000 AT {T}"), (1, 2, 2, 0, 0)),
+        ],
+        "r:full",
+        0,
+    );
     let e = error(&mut c, &format!("{h} COST -1000000000000001 AT {T}"));
     assert!(e.starts_with("ERR ") && e.contains("COST"), "{e}");
 
@@ -842,7 +897,13 @@ fn throttle_all_replies_and_consumes_as_the_single_commands_do() {
     let keys = ["f", "s", "e", "t", "l"];
 
     let got = all(&mut c, &format!("THROTTLE.ALL COST 2 AT {T} {}", specs("x")));
-    let want = vec![(1, 10, 8, 0, 60_000), (1, 10, 8, 0, 1_200_000), (1, 10, 8, 0, 60_000), (1, 20, 18, 0, 12_000), (1, 3, 1, 0, 12_000)];
+    let want = vec![
+        (1, 10, 8, 0, 60_000),
+        (1, 10, 8, 0, 1_200_000),
+        (1, 10, 8, 0, 60_000),
+        (1, 20, 18, 0, 12_000),
+        (1, 3, 1, 0, 12_000),
+    ];
     assert_eq!(got, (1, want.clone()));
     let single: Vec<Reply> = singles("y", "2").iter().map(|l| throttle(&mut c, l)).collect();
     assert_eq!(single, want, "the single commands answer the same");
@@ -963,13 +1024,17 @@ fn command_getkeys_names_every_key_of_throttle_all() {
     let server = Server::start();
     let mut c = open(&server.url());
     let cases: [(&str, &[&str]); 4] = [
-        ("THROTTLE.ALL COST 1 AT 5 FIXED k1 1 1s TOKEN k2 2 1s BURST 3 SLIDING k3 1 1 EXACT LEAKY k4 5 1m", &["k1", "k2", "k3", "k4"]),
+        (
+            "THROTTLE.ALL COST 1 AT 5 FIXED k1 1 1s TOKEN k2 2 1s BURST 3 SLIDING k3 1 1 EXACT LEAKY k4 5 1m",
+            &["k1", "k2", "k3", "k4"],
+        ),
         ("THROTTLE.ALL FIXED TOKEN 1 1 LEAKY FIXED 2 2", &["TOKEN", "FIXED"]),
         ("THROTTLE.ALL SLIDING {user:42}:s 10 1s SLIDING {user:42}:h 1000 1h", &["{user:42}:s", "{user:42}:h"]),
         ("THROTTLE.FIXED single 1 1s", &["single"]),
     ];
     for (line, want) in cases {
-        let keys: Vec<String> = call(&mut c, &format!("COMMAND GETKEYS {line}")).unwrap_or_else(|e| panic!("{line}: {e}"));
+        let keys: Vec<String> =
+            call(&mut c, &format!("COMMAND GETKEYS {line}")).unwrap_or_else(|e| panic!("{line}: {e}"));
         assert_eq!(keys, want, "{line}");
     }
 }
@@ -1091,7 +1156,14 @@ fn throttle_info_describes_every_algorithm() {
             T + 30 * SECOND,
             info_fields(
                 "sliding",
-                &[("period_ms", 60_000), ("window_start", t), ("previous", 0), ("current", 4), ("used", 4), ("reset_after", 90_000)],
+                &[
+                    ("period_ms", 60_000),
+                    ("window_start", t),
+                    ("previous", 0),
+                    ("current", 4),
+                    ("used", 4),
+                    ("reset_after", 90_000),
+                ],
             ),
             None,
             format!("THROTTLE.SLIDING i:s 10 1m COST 0 AT {}", T + 30 * SECOND),
@@ -1112,7 +1184,14 @@ fn throttle_info_describes_every_algorithm() {
             T + 30 * SECOND,
             info_fields(
                 "token",
-                &[("limit", 10), ("period_ms", 60_000), ("burst", 20), ("updated_at", t), ("remaining", 10), ("reset_after", 60_000)],
+                &[
+                    ("limit", 10),
+                    ("period_ms", 60_000),
+                    ("burst", 20),
+                    ("updated_at", t),
+                    ("remaining", 10),
+                    ("reset_after", 60_000),
+                ],
             ),
             None,
             format!("THROTTLE.TOKEN i:t 10 1m BURST 20 COST 0 AT {}", T + 30 * SECOND),
@@ -1122,7 +1201,14 @@ fn throttle_info_describes_every_algorithm() {
             T + 30 * SECOND,
             info_fields(
                 "leaky",
-                &[("limit", 10), ("period_ms", 60_000), ("burst", 20), ("updated_at", t), ("remaining", 10), ("reset_after", 60_000)],
+                &[
+                    ("limit", 10),
+                    ("period_ms", 60_000),
+                    ("burst", 20),
+                    ("updated_at", t),
+                    ("remaining", 10),
+                    ("reset_after", 60_000),
+                ],
             ),
             None,
             format!("THROTTLE.LEAKY i:l 10 1m BURST 20 COST 0 AT {}", T + 30 * SECOND),
@@ -1279,7 +1365,17 @@ fn resp3_clients_get_maps_and_resp2_clients_arrays() {
     let v: Value = call(&mut c3, &format!("THROTTLE.INFO m:t AT {T}")).expect("INFO");
     assert_eq!(
         map_reply(&v),
-        info_fields("token", &[("limit", 10), ("period_ms", 60_000), ("burst", 20), ("updated_at", T as i64), ("remaining", 14), ("reset_after", 36_000)])
+        info_fields(
+            "token",
+            &[
+                ("limit", 10),
+                ("period_ms", 60_000),
+                ("burst", 20),
+                ("updated_at", T as i64),
+                ("remaining", 14),
+                ("reset_after", 36_000)
+            ]
+        )
     );
     assert_eq!(call::<Value>(&mut c3, "THROTTLE.INFO m:none").expect("INFO"), Value::Nil);
 

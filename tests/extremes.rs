@@ -16,7 +16,8 @@ const MAX_AT: u64 = 10_000_000_000_000_000;
 
 const LIMIT_ERR: &str = "ERR invalid limit: expected an integer from 1 to 1000000000000000";
 const PERIOD_ERR: &str = "ERR invalid period: expected a positive integer with an optional unit ms, s, m, h or d (bare numbers are seconds), from 1ms to 3650d";
-const COST_ERR: &str = "ERR invalid COST: expected an integer from -1000000000000000 to 1000000000000000 (negative gives units back)";
+const COST_ERR: &str =
+    "ERR invalid COST: expected an integer from -1000000000000000 to 1000000000000000 (negative gives units back)";
 const BLOCK_ERR: &str = "ERR invalid BLOCK: expected milliseconds, an integer from 0 (no time-out) to 315360000000";
 const AT_ERR: &str = "ERR invalid AT: expected Unix time in microseconds, an integer from 0 to 10000000000000000";
 const BURST_ERR: &str = "ERR invalid BURST: expected an integer from 1 to 1000000000000000";
@@ -78,12 +79,15 @@ fn fixed_window_at_the_bounds() {
 
     // 1 ms windows at the last representable instant; from the year 2286
     // back to 1970 is still the year 2286 for this key.
-    atomic(c, &[
-        (format!("THROTTLE.FIXED x:g 1 1ms AT {MAX_AT}"), (1, 1, 0, 0, 1)),
-        (format!("THROTTLE.FIXED x:g 1 1ms AT {}", MAX_AT - 1), (0, 1, 0, 1, 1)),
-        (format!("THROTTLE.FIXED x:g 1 1ms AT {}", MAX_AT - 10_000_000_000), (0, 1, 0, 1, 1)),
-        ("THROTTLE.FIXED x:g 1 1ms COST 0 AT 0".to_string(), (1, 1, 0, 0, 1)),
-    ]);
+    atomic(
+        c,
+        &[
+            (format!("THROTTLE.FIXED x:g 1 1ms AT {MAX_AT}"), (1, 1, 0, 0, 1)),
+            (format!("THROTTLE.FIXED x:g 1 1ms AT {}", MAX_AT - 1), (0, 1, 0, 1, 1)),
+            (format!("THROTTLE.FIXED x:g 1 1ms AT {}", MAX_AT - 10_000_000_000), (0, 1, 0, 1, 1)),
+            ("THROTTLE.FIXED x:g 1 1ms COST 0 AT 0".to_string(), (1, 1, 0, 0, 1)),
+        ],
+    );
 }
 
 #[test]
@@ -113,16 +117,22 @@ fn sliding_counter_at_the_bounds() {
     // 1 ms windows at 10^16 (a multiple of 1 ms: a window starts there).
     // One more unit fits once 3 * (1000 - e) <= 2000: 334 µs into the next
     // window.
-    atomic(c, &[
-        (format!("THROTTLE.SLIDING x:t 3 1ms COST 3 AT {MAX_AT}"), (1, 3, 0, 0, 2)),
-        (format!("THROTTLE.SLIDING x:t 3 1ms COST 1 AT {MAX_AT}"), (0, 3, 0, 2, 2)),
-    ]);
+    atomic(
+        c,
+        &[
+            (format!("THROTTLE.SLIDING x:t 3 1ms COST 3 AT {MAX_AT}"), (1, 3, 0, 0, 2)),
+            (format!("THROTTLE.SLIDING x:t 3 1ms COST 1 AT {MAX_AT}"), (0, 3, 0, 2, 2)),
+        ],
+    );
     let t0 = MAX_AT - 1_000_000;
-    atomic(c, &[
-        (format!("THROTTLE.SLIDING x:u 3 1ms COST 3 AT {t0}"), (1, 3, 0, 0, 2)),
-        (format!("THROTTLE.SLIDING x:u 3 1ms COST 1 AT {}", t0 + 1_333), (0, 3, 0, 1, 1)),
-        (format!("THROTTLE.SLIDING x:u 3 1ms COST 1 AT {}", t0 + 1_334), (1, 3, 0, 0, 2)),
-    ]);
+    atomic(
+        c,
+        &[
+            (format!("THROTTLE.SLIDING x:u 3 1ms COST 3 AT {t0}"), (1, 3, 0, 0, 2)),
+            (format!("THROTTLE.SLIDING x:u 3 1ms COST 1 AT {}", t0 + 1_333), (0, 3, 0, 1, 1)),
+            (format!("THROTTLE.SLIDING x:u 3 1ms COST 1 AT {}", t0 + 1_334), (1, 3, 0, 0, 2)),
+        ],
+    );
 }
 
 #[test]
@@ -136,7 +146,14 @@ fn sliding_log_at_the_bounds() {
     t(c, &format!("THROTTLE.SLIDING x:e {m} 3650d COST 1 AT 0 EXACT"), (0, mi, 0, P_MS, P_MS));
     let info: Vec<String> = call(c, "THROTTLE.INFO x:e").unwrap();
     let want: Vec<String> = [
-        "algorithm", "sliding-exact", "entries", "1", "used", &MAX.to_string(), "updated_at", &MAX_AT.to_string(),
+        "algorithm",
+        "sliding-exact",
+        "entries",
+        "1",
+        "used",
+        &MAX.to_string(),
+        "updated_at",
+        &MAX_AT.to_string(),
         "reset_after",
     ]
     .iter()
@@ -145,11 +162,14 @@ fn sliding_log_at_the_bounds() {
     assert_eq!(info[..want.len()], want[..], "{info:?}");
     // A huge and a 1-unit entry, then half of the huge one back (the
     // newest units go first).
-    atomic(c, &[
-        (format!("THROTTLE.SLIDING x:e2 {m} 1ms COST {} AT 0 EXACT", m - 1), (1, mi, 1, 0, 1)),
-        (format!("THROTTLE.SLIDING x:e2 {m} 1ms COST 1 AT 1 EXACT"), (1, mi, 0, 0, 1)),
-        (format!("THROTTLE.SLIDING x:e2 {m} 1ms COST -{} AT 1 EXACT", m / 2), (1, mi, mi / 2, 0, 1)),
-    ]);
+    atomic(
+        c,
+        &[
+            (format!("THROTTLE.SLIDING x:e2 {m} 1ms COST {} AT 0 EXACT", m - 1), (1, mi, 1, 0, 1)),
+            (format!("THROTTLE.SLIDING x:e2 {m} 1ms COST 1 AT 1 EXACT"), (1, mi, 0, 0, 1)),
+            (format!("THROTTLE.SLIDING x:e2 {m} 1ms COST -{} AT 1 EXACT", m / 2), (1, mi, mi / 2, 0, 1)),
+        ],
+    );
 }
 
 #[test]
@@ -173,12 +193,15 @@ fn buckets_at_the_bounds() {
     assert_eq!(error(c, &format!("THROTTLE.LEAKY x:l2 1 1ms BURST {}", deep + 1)), BURST_SLOW_ERR);
     assert_eq!(error(c, "THROTTLE.TOKEN x:k2 1 3650d BURST 2"), BURST_SLOW_ERR);
     // 10^15 per 1 ms: the fastest rate; the bucket refills in 1 ms.
-    atomic(c, &[
-        (format!("THROTTLE.TOKEN x:k3 {m} 1ms COST {m} AT {MAX_AT}"), (1, mi, 0, 0, 1)),
-        (format!("THROTTLE.TOKEN x:k3 {m} 1ms COST {m} AT {}", MAX_AT - 1), (0, mi, 0, 1, 1)),
-        (format!("THROTTLE.LEAKY x:l3 {m} 1ms COST {m} AT 0"), (1, mi, 0, 0, 1)),
-        (format!("THROTTLE.LEAKY x:l3 {m} 1ms COST -{m} AT 0"), (1, mi, mi, 0, 0)),
-    ]);
+    atomic(
+        c,
+        &[
+            (format!("THROTTLE.TOKEN x:k3 {m} 1ms COST {m} AT {MAX_AT}"), (1, mi, 0, 0, 1)),
+            (format!("THROTTLE.TOKEN x:k3 {m} 1ms COST {m} AT {}", MAX_AT - 1), (0, mi, 0, 1, 1)),
+            (format!("THROTTLE.LEAKY x:l3 {m} 1ms COST {m} AT 0"), (1, mi, 0, 0, 1)),
+            (format!("THROTTLE.LEAKY x:l3 {m} 1ms COST -{m} AT 0"), (1, mi, mi, 0, 0)),
+        ],
+    );
     assert_eq!(exists(c, "x:l3"), 0);
 }
 
@@ -220,7 +243,11 @@ fn one_past_each_bound_is_the_documented_error_and_creates_nothing() {
     assert_eq!(exists(c, "b"), 0);
     // The bounds themselves are accepted (BLOCK on a peek answers at once).
     let m = MAX;
-    t(c, &format!("THROTTLE.TOKEN ok {m} 315360000s BURST {m} COST 0 AT {MAX_AT} BLOCK 315360000000"), (1, m as i64, m as i64, 0, 0));
+    t(
+        c,
+        &format!("THROTTLE.TOKEN ok {m} 315360000s BURST {m} COST 0 AT {MAX_AT} BLOCK 315360000000"),
+        (1, m as i64, m as i64, 0, 0),
+    );
     for period in ["3650d", "87600h", "5256000m", "315360000s", "315360000", "315360000000ms"] {
         t(c, &format!("THROTTLE.FIXED ok {m} {period} COST -{m} AT 0"), (1, m as i64, m as i64, 0, 0));
     }
@@ -251,7 +278,8 @@ fn refunds_under_a_lowered_limit_survive_reload() {
         assert_eq!((allowed, limit, remaining, retry), head, "{second}");
         digests.push((key, digest(c, key)));
     }
-    let reload: String = call(c, "DEBUG RELOAD").unwrap_or_else(|e| panic!("DEBUG RELOAD: {e}; log:\n{}", server.log()));
+    let reload: String =
+        call(c, "DEBUG RELOAD").unwrap_or_else(|e| panic!("DEBUG RELOAD: {e}; log:\n{}", server.log()));
     assert_eq!(reload, "OK");
     for (key, before) in digests {
         assert_eq!(digest(c, key), before, "{key} after DEBUG RELOAD");
@@ -276,7 +304,8 @@ fn extreme_states_survive_reload() {
         let key = line.split(' ').nth(1).unwrap_or_default().to_string();
         digests.push((key.clone(), digest(c, &key)));
     }
-    let reload: String = call(c, "DEBUG RELOAD").unwrap_or_else(|e| panic!("DEBUG RELOAD: {e}; log:\n{}", server.log()));
+    let reload: String =
+        call(c, "DEBUG RELOAD").unwrap_or_else(|e| panic!("DEBUG RELOAD: {e}; log:\n{}", server.log()));
     assert_eq!(reload, "OK");
     for (key, before) in digests {
         assert_eq!(digest(c, &key), before, "{key}");

@@ -121,30 +121,115 @@ impl Rng {
 }
 
 const NUMBERS: &[&str] = &[
-    "0", "1", "2", "-1", "-0", "+1", " 1", "1 ", "01", "0x10", "1e3", "1.5", "", "-", "--1",
-    "1000000000000000", "1000000000000001", "999999999999999", "-1000000000000000", "-1000000000000001",
-    "10000000000000000", "10000000000000001", "315360000000", "315360000001",
-    "9223372036854775807", "9223372036854775808", "-9223372036854775808", "-9223372036854775809",
-    "18446744073709551615", "18446744073709551616", "99999999999999999999999999",
-    "00000000000000000000001", "4294967296", "2147483648",
+    "0",
+    "1",
+    "2",
+    "-1",
+    "-0",
+    "+1",
+    " 1",
+    "1 ",
+    "01",
+    "0x10",
+    "1e3",
+    "1.5",
+    "",
+    "-",
+    "--1",
+    "1000000000000000",
+    "1000000000000001",
+    "999999999999999",
+    "-1000000000000000",
+    "-1000000000000001",
+    "10000000000000000",
+    "10000000000000001",
+    "315360000000",
+    "315360000001",
+    "9223372036854775807",
+    "9223372036854775808",
+    "-9223372036854775808",
+    "-9223372036854775809",
+    "18446744073709551615",
+    "18446744073709551616",
+    "99999999999999999999999999",
+    "00000000000000000000001",
+    "4294967296",
+    "2147483648",
 ];
 const PERIODS: &[&str] = &[
-    "1", "1ms", "0ms", "0", "999us", "1s", "15m", "24h", "7d", "3650d", "3651d", "87600h", "87601h",
-    "5256000m", "315360000s", "315360001s", "315360000000ms", "315360000001ms", "ms", "s", "d", "MS", "1MS",
-    "1.5s", "1 s", "s1", "1sec", "-1s", "18446744073709551615ms", "99999999999999999999d", "",
+    "1",
+    "1ms",
+    "0ms",
+    "0",
+    "999us",
+    "1s",
+    "15m",
+    "24h",
+    "7d",
+    "3650d",
+    "3651d",
+    "87600h",
+    "87601h",
+    "5256000m",
+    "315360000s",
+    "315360001s",
+    "315360000000ms",
+    "315360000001ms",
+    "ms",
+    "s",
+    "d",
+    "MS",
+    "1MS",
+    "1.5s",
+    "1 s",
+    "s1",
+    "1sec",
+    "-1s",
+    "18446744073709551615ms",
+    "99999999999999999999d",
+    "",
 ];
 const OPTIONS: &[&str] = &[
-    "COST", "AT", "BURST", "EXACT", "BLOCK", "cost", "at", "burst", "exact", "Block", "FOO", "", "COST\0",
-    "EXACT\r\n", "NX", "KEEPTTL", "LIMIT", "SLIDING", "FIXED",
+    "COST",
+    "AT",
+    "BURST",
+    "EXACT",
+    "BLOCK",
+    "cost",
+    "at",
+    "burst",
+    "exact",
+    "Block",
+    "FOO",
+    "",
+    "COST\0",
+    "EXACT\r\n",
+    "NX",
+    "KEEPTTL",
+    "LIMIT",
+    "SLIDING",
+    "FIXED",
 ];
-const TYPES: &[&str] = &["thr-fixed", "thr-slide", "thr-exact", "thr-token", "thr-leaky", "THR-FIXED", "string", "", "thr-nope"];
+const TYPES: &[&str] =
+    &["thr-fixed", "thr-slide", "thr-exact", "thr-token", "thr-leaky", "THR-FIXED", "string", "", "thr-nope"];
 const ALGORITHMS: &[&str] = &["FIXED", "SLIDING", "TOKEN", "LEAKY", "fixed", "Leaky", "BOGUS", "", "COST", "AT"];
 const COMMANDS_NAMES: &[&str] = &["THROTTLE.FIXED", "THROTTLE.SLIDING", "THROTTLE.TOKEN", "THROTTLE.LEAKY"];
 /// Keys the random commands may name: one of each type (made by `setup`),
 /// and some that start missing.
 const PLAY_KEYS: &[&str] = &[
-    "p:fixed", "p:sliding", "p:exact", "p:token", "p:leaky", "p:string", "p:hash", "p:list", "p:new1", "p:new2",
-    "p:new3", "p:{tag}a", "p:{tag}b",
+    "p:fixed",
+    "p:sliding",
+    "p:exact",
+    "p:token",
+    "p:leaky",
+    "p:string",
+    "p:hash",
+    "p:list",
+    "p:new1",
+    "p:new2",
+    "p:new3",
+    "p:{tag}a",
+    "p:{tag}b",
 ];
 
 struct Gen {
@@ -160,7 +245,13 @@ impl Gen {
         let len = self.rng.below(24) as usize;
         let specials = [0u8, b'\r', b'\n', 0xff, b' ', b'"', b'\'', b'\\', 0x80];
         (0..len)
-            .map(|_| if self.rng.chance(40) { specials[self.rng.below(specials.len() as u64) as usize] } else { self.rng.next() as u8 })
+            .map(|_| {
+                if self.rng.chance(40) {
+                    specials[self.rng.below(specials.len() as u64) as usize]
+                } else {
+                    self.rng.next() as u8
+                }
+            })
             .collect()
     }
 
@@ -197,7 +288,11 @@ impl Gen {
     }
 
     fn limit(&mut self) -> Vec<u8> {
-        if self.rng.chance(75) { (1 + self.rng.below(20)).to_string().into_bytes() } else { self.number() }
+        if self.rng.chance(75) {
+            (1 + self.rng.below(20)).to_string().into_bytes()
+        } else {
+            self.number()
+        }
     }
 
     fn period(&mut self) -> Vec<u8> {
@@ -214,7 +309,11 @@ impl Gen {
         match self.rng.below(6) {
             0..=2 => (self.now + self.rng.below(5_000_000)).to_string().into_bytes(),
             3 => self.now.saturating_sub(self.rng.below(10_000_000_000)).to_string().into_bytes(),
-            _ => self.rng.pick(&["0", "1", "10000000000000000", "10000000000000001", "-1", "9999999999999999"]).as_bytes().to_vec(),
+            _ => self
+                .rng
+                .pick(&["0", "1", "10000000000000000", "10000000000000001", "-1", "9999999999999999"])
+                .as_bytes()
+                .to_vec(),
         }
     }
 
@@ -225,7 +324,11 @@ impl Gen {
             match self.rng.below(12) {
                 0..=2 => {
                     out.push(b"COST".to_vec());
-                    out.push(if self.rng.chance(70) { self.rng.below(5).to_string().into_bytes() } else { self.number() });
+                    out.push(if self.rng.chance(70) {
+                        self.rng.below(5).to_string().into_bytes()
+                    } else {
+                        self.number()
+                    });
                 }
                 3..=5 => {
                     out.push(b"AT".to_vec());
@@ -241,7 +344,8 @@ impl Gen {
                     // or is malformed. A lost reply would shift every later
                     // one and fail the shape checks.
                     out.push(b"BLOCK".to_vec());
-                    let v = self.rng.pick(&["1", "2", "-1", "315360000001", "x", "", "18446744073709551616", "1.5", "-0"]);
+                    let v =
+                        self.rng.pick(&["1", "2", "-1", "315360000001", "x", "", "18446744073709551616", "1.5", "-0"]);
                     out.push(v.as_bytes().to_vec());
                 }
                 _ => out.push(self.token()),
@@ -441,7 +545,11 @@ impl Gen {
             state.extend(word.parse::<u64>().unwrap_or(0).to_le_bytes());
         }
         self.spoil(&mut state);
-        let expire_at = if self.rng.chance(80) { (self.now / 1000 + self.rng.below(10_000_000)).to_string().into_bytes() } else { self.number() };
+        let expire_at = if self.rng.chance(80) {
+            (self.now / 1000 + self.rng.below(10_000_000)).to_string().into_bytes()
+        } else {
+            self.number()
+        };
         vec![b"THROTTLE._SET".to_vec(), self.key(), state, expire_at]
     }
 
@@ -577,7 +685,10 @@ fn setup(c: &mut Resp, prefix: &str, now: u64) -> Vec<String> {
         let v = c.call(&args);
         assert!(!matches!(v, Value::Error(_)), "{line}: {v:?}");
     }
-    ["fixed", "sliding", "exact", "token", "leaky", "string", "hash", "list"].iter().map(|k| format!("{prefix}{k}")).collect()
+    ["fixed", "sliding", "exact", "token", "leaky", "string", "hash", "list"]
+        .iter()
+        .map(|k| format!("{prefix}{k}"))
+        .collect()
 }
 
 /// TYPE, DEBUG DIGEST-VALUE and PEXPIRETIME of each key.
@@ -690,7 +801,10 @@ fn hostile_commands_never_crash_corrupt_or_break_the_protocol() {
         for (index, ((kind, must_fail), args)) in expect.into_iter().zip(&batch).enumerate() {
             let reply = c.read();
             let show = |args: &Vec<Vec<u8>>| {
-                args.iter().map(|a| String::from_utf8_lossy(&a[..a.len().min(80)]).into_owned()).collect::<Vec<_>>().join(" ")
+                args.iter()
+                    .map(|a| String::from_utf8_lossy(&a[..a.len().min(80)]).into_owned())
+                    .collect::<Vec<_>>()
+                    .join(" ")
             };
             // The command and the few before it, for a failure message; the
             // whole batch is saved to replay it.
@@ -707,7 +821,12 @@ fn hostile_commands_never_crash_corrupt_or_break_the_protocol() {
                     }
                 }
                 let _ = std::fs::write(&saved, resp);
-                format!("{} (command {index} of the batch saved in {})\n  after:\n    {}", show(args), saved.display(), before.join("\n    "))
+                format!(
+                    "{} (command {index} of the batch saved in {})\n  after:\n    {}",
+                    show(args),
+                    saved.display(),
+                    before.join("\n    ")
+                )
             };
             if let Value::Error(e) = &reply {
                 assert!(is_error(&reply), "error reply without ERR/WRONGTYPE: {e:?} for {}", shown());
@@ -720,11 +839,17 @@ fn hostile_commands_never_crash_corrupt_or_break_the_protocol() {
                         kinds_seen[kind as usize] += 1;
                     }
                 }
-                None if must_fail => assert!(is_error(&reply), "a sentinel command did not fail: {reply:?} for {}", shown()),
+                None if must_fail => {
+                    assert!(is_error(&reply), "a sentinel command did not fail: {reply:?} for {}", shown())
+                }
                 None => assert!(shape_ok(Kind::Info, &reply), "INFO on a sentinel: {reply:?} for {}", shown()),
             }
         }
-        assert!(started.elapsed() < Duration::from_secs(120) * common::slowdown(), "too slow: {sent} commands in {:?}", started.elapsed());
+        assert!(
+            started.elapsed() < Duration::from_secs(120) * common::slowdown(),
+            "too slow: {sent} commands in {:?}",
+            started.elapsed()
+        );
     }
     eprintln!(
         "{sent} hostile commands + {sentinel_calls} on sentinels in {:?}; {errors} errors; successes by kind (five, all, info, load, _set, _call, cl.throttle): {kinds_seen:?}",
@@ -764,7 +889,8 @@ fn a_blocked_call_always_gets_its_own_reply() {
     // its BLOCK time-out.
     let mut batch = Vec::new();
     for i in 0..2_000 {
-        batch.push(["THROTTLE.TOKEN", "race", "1", "2ms", "BLOCK", "2"].iter().map(|a| a.as_bytes().to_vec()).collect());
+        batch
+            .push(["THROTTLE.TOKEN", "race", "1", "2ms", "BLOCK", "2"].iter().map(|a| a.as_bytes().to_vec()).collect());
         batch.push(vec![b"ECHO".to_vec(), i.to_string().into_bytes()]);
     }
     c.send(&batch);

@@ -18,7 +18,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::{
-    call, error, free_cluster_port, info_number, info_field, master_and_replica, open, sync, throttle, wait_until,
+    call, error, free_cluster_port, info_field, info_number, master_and_replica, open, sync, throttle, wait_until,
     waiting, Server, Waiter,
 };
 
@@ -65,7 +65,11 @@ fn a_waiter_due_during_a_write_pause_is_served_after_it() {
             wait_until("the window to end during the pause", Duration::from_secs(2), || exists(&mut c, "p") == 0);
             let offset = info_number(&mut c, "replication", "master_repl_offset");
             while paused_at.elapsed() < pause - Duration::from_millis(400) {
-                assert_eq!(info_number(&mut c, "replication", "master_repl_offset"), offset, "propagated during the pause");
+                assert_eq!(
+                    info_number(&mut c, "replication", "master_repl_offset"),
+                    offset,
+                    "propagated during the pause"
+                );
                 std::thread::sleep(Duration::from_millis(50));
             }
         }
@@ -166,10 +170,9 @@ fn a_refused_load_leaves_nothing_behind() {
 /// the error a command would get, and the key stays as it was.
 #[test]
 fn a_waiter_is_not_served_where_a_command_could_not_write() {
-    for (setting, undo, code) in [
-        ("min-replicas-to-write 1", "min-replicas-to-write 0", "NOREPLICAS"),
-        ("maxmemory 1", "maxmemory 0", "OOM"),
-    ] {
+    for (setting, undo, code) in
+        [("min-replicas-to-write 1", "min-replicas-to-write 0", "NOREPLICAS"), ("maxmemory 1", "maxmemory 0", "OOM")]
+    {
         let server = Server::start();
         let mut c = open(&server.url());
         let line = "THROTTLE.FIXED w 1 300ms";
@@ -277,7 +280,11 @@ fn commands_that_remove_a_waited_key_release_its_waiters_at_once() {
         let _: redis::Value = call(&mut c, operation).unwrap_or_else(|e| panic!("{operation}: {e}"));
         let (got, at) = waiter.reply();
         assert_eq!(got, (1, 1, 0, 0, 60_000), "{operation}: admitted on a fresh key");
-        assert!(at.duration_since(sent) < Duration::from_secs(2), "{operation}: released after {:?}", at.duration_since(sent));
+        assert!(
+            at.duration_since(sent) < Duration::from_secs(2),
+            "{operation}: released after {:?}",
+            at.duration_since(sent)
+        );
         assert_eq!(waiting(&mut c), 0, "{operation}");
     }
 }
@@ -353,7 +360,9 @@ fn only_a_change_touches_a_watched_key() {
     let mut c = open(&server.url());
     let mut other = open(&server.url());
     assert_eq!(throttle(&mut other, "THROTTLE.FIXED k 1 60s").0, 1);
-    for line in ["THROTTLE.INFO k", "THROTTLE.FIXED k 1 60s COST 0", "THROTTLE.FIXED k 1 60s", "THROTTLE.FIXED k 1 60s AT 1"] {
+    for line in
+        ["THROTTLE.INFO k", "THROTTLE.FIXED k 1 60s COST 0", "THROTTLE.FIXED k 1 60s", "THROTTLE.FIXED k 1 60s AT 1"]
+    {
         assert!(exec_after(&mut c, &mut other, line), "`{line}` changed nothing, yet aborted the transaction");
     }
     let _: () = call(&mut other, "DEL k").expect("DEL");
@@ -460,7 +469,9 @@ fn the_throttle_category_leaves_out_internal_commands() {
         return;
     };
     let fast: Vec<String> = call(&mut c, "ACL CAT fast").expect("ACL CAT fast");
-    for command in ["throttle.fixed", "throttle.sliding", "throttle.token", "throttle.leaky", "throttle.all", "throttle.info"] {
+    for command in
+        ["throttle.fixed", "throttle.sliding", "throttle.token", "throttle.leaky", "throttle.all", "throttle.info"]
+    {
         assert!(throttle_category.iter().any(|c| c.eq_ignore_ascii_case(command)), "{command} in @throttle");
     }
     let internal: Vec<&String> =
@@ -581,7 +592,10 @@ fn a_wall_clock_step_neither_stretches_nor_cuts_a_wait() {
 fn client_id(c: &mut redis::Connection, command: &str) -> i64 {
     let list: String = call(c, "CLIENT LIST").expect("CLIENT LIST");
     let list = list.to_ascii_lowercase();
-    let line = list.lines().find(|l| l.contains(&format!(" cmd={command} "))).unwrap_or_else(|| panic!("no {command} client in {list}"));
+    let line = list
+        .lines()
+        .find(|l| l.contains(&format!(" cmd={command} ")))
+        .unwrap_or_else(|| panic!("no {command} client in {list}"));
     line.split(' ').find_map(|f| f.strip_prefix("id=")).and_then(|v| v.parse().ok()).expect("id")
 }
 

@@ -36,7 +36,8 @@ fn full_server() -> (Server, redis::Connection) {
     ] {
         assert_eq!(throttle(&mut c, line).0, 1, "{line}");
     }
-    let used: i64 = common::info_field(&mut c, "memory", "used_memory").and_then(|v| v.parse().ok()).expect("used_memory");
+    let used: i64 =
+        common::info_field(&mut c, "memory", "used_memory").and_then(|v| v.parse().ok()).expect("used_memory");
     let limit = used + 8 * 1024 * 1024;
     let _: () = call(&mut c, &format!("CONFIG SET maxmemory {limit}")).expect("maxmemory");
     let _: () = call(&mut c, "CONFIG SET maxmemory-policy noeviction").expect("policy");
@@ -57,7 +58,8 @@ fn full_server() -> (Server, redis::Connection) {
     // limit, so the data may sit just under it, and buffers come and go:
     // move the limit well under the data, so every write is refused from
     // now on, big or small.
-    let used: i64 = common::info_field(&mut c, "memory", "used_memory").and_then(|v| v.parse().ok()).expect("used_memory");
+    let used: i64 =
+        common::info_field(&mut c, "memory", "used_memory").and_then(|v| v.parse().ok()).expect("used_memory");
     assert!(used > limit - 2 * 1024 * 1024, "only {used} of {limit} bytes used");
     let _: () = call(&mut c, &format!("CONFIG SET maxmemory {}", used - 4 * 1024 * 1024)).expect("maxmemory");
     let e = err(&mut c, "SET o:probe x");
@@ -84,7 +86,8 @@ fn calls_that_would_create_keys_get_the_oom_error_and_reads_answer() {
     assert_eq!(exists, 0);
     // Read-only: THROTTLE.INFO answers on every type, and on a missing key.
     for key in ["o:fixed", "o:sliding", "o:exact", "o:token", "o:leaky"] {
-        let info: Vec<String> = call(&mut c, &format!("THROTTLE.INFO {key}")).unwrap_or_else(|e| panic!("INFO {key}: {e}"));
+        let info: Vec<String> =
+            call(&mut c, &format!("THROTTLE.INFO {key}")).unwrap_or_else(|e| panic!("INFO {key}: {e}"));
         assert_eq!(info.len() % 2, 0, "{key}: {info:?}");
         assert!(info.len() >= 8, "{key}: {info:?}");
     }

@@ -46,12 +46,14 @@ fn panics_are_contained() {
 
         // A panic in the digest callback: the server answers and lives.
         let _: () = call(&mut c, "THROTTLE._PANIC CALLBACK").unwrap();
-        let _: redis::Value = call(&mut c, &format!("DEBUG DIGEST-VALUE {key}")).unwrap_or_else(|e| panic!("DIGEST-VALUE {key}: {e}"));
+        let _: redis::Value =
+            call(&mut c, &format!("DEBUG DIGEST-VALUE {key}")).unwrap_or_else(|e| panic!("DIGEST-VALUE {key}: {e}"));
         alive(&mut server, &mut c);
 
         // A panic in mem_usage and in copy.
         let _: () = call(&mut c, "THROTTLE._PANIC CALLBACK").unwrap();
-        let _: redis::Value = call(&mut c, &format!("MEMORY USAGE {key}")).unwrap_or_else(|e| panic!("MEMORY USAGE {key}: {e}"));
+        let _: redis::Value =
+            call(&mut c, &format!("MEMORY USAGE {key}")).unwrap_or_else(|e| panic!("MEMORY USAGE {key}: {e}"));
         alive(&mut server, &mut c);
         let _: () = call(&mut c, "THROTTLE._PANIC CALLBACK").unwrap();
         let copied: redis::RedisResult<redis::Value> = call(&mut c, &format!("COPY {key} {key}:copy2"));
@@ -61,7 +63,8 @@ fn panics_are_contained() {
         // A panic in the rdb_load of RESTORE: refused.
         let payload: Vec<u8> = redis::cmd("DUMP").arg(key).query(&mut c).unwrap();
         let _: () = call(&mut c, "THROTTLE._PANIC CALLBACK").unwrap();
-        let restored: redis::RedisResult<()> = redis::cmd("RESTORE").arg(format!("{key}:copy3")).arg(0).arg(payload).query(&mut c);
+        let restored: redis::RedisResult<()> =
+            redis::cmd("RESTORE").arg(format!("{key}:copy3")).arg(0).arg(payload).query(&mut c);
         assert!(restored.is_err(), "RESTORE with a panicking rdb_load must be refused");
         alive(&mut server, &mut c);
 
@@ -72,7 +75,8 @@ fn panics_are_contained() {
     for key in keys {
         let _: redis::Value = call(&mut c, &format!("DEBUG DIGEST-VALUE {key}")).unwrap();
     }
-    let reload: String = call(&mut c, "DEBUG RELOAD").unwrap_or_else(|e| panic!("DEBUG RELOAD: {e}; log:\n{}", server.log()));
+    let reload: String =
+        call(&mut c, "DEBUG RELOAD").unwrap_or_else(|e| panic!("DEBUG RELOAD: {e}; log:\n{}", server.log()));
     assert_eq!(reload, "OK");
     assert_eq!(throttle(&mut c, "THROTTLE.FIXED k:fixed 10 1h").2, 6);
     alive(&mut server, &mut c);
@@ -91,7 +95,8 @@ fn a_panic_while_writing_a_value_aborts_the_writer() {
     let mut c = server.conn();
     assert_eq!(throttle(&mut c, "THROTTLE.FIXED k 10 1h COST 3").0, 1);
     common::wait_aof_rewrite_done(&mut c);
-    let done = |c: &mut redis::Connection, field: &str| common::info_field(c, "persistence", field).as_deref() == Some("0");
+    let done =
+        |c: &mut redis::Connection, field: &str| common::info_field(c, "persistence", field).as_deref() == Some("0");
 
     for (command, in_progress, status) in [
         ("BGSAVE", "rdb_bgsave_in_progress", "rdb_last_bgsave_status"),
@@ -100,7 +105,11 @@ fn a_panic_while_writing_a_value_aborts_the_writer() {
         let _: () = call(&mut c, "THROTTLE._PANIC CALLBACK").unwrap();
         let _: String = call(&mut c, command).unwrap_or_else(|e| panic!("{command}: {e}"));
         common::wait_until(command, std::time::Duration::from_secs(20), || done(&mut c, in_progress));
-        assert_eq!(common::info_field(&mut c, "persistence", status).as_deref(), Some("err"), "{command} wrote a half value");
+        assert_eq!(
+            common::info_field(&mut c, "persistence", status).as_deref(),
+            Some("err"),
+            "{command} wrote a half value"
+        );
         // The trigger is still armed in the server itself: spend it.
         let _: redis::Value = call(&mut c, "DEBUG DIGEST-VALUE k").unwrap();
         alive(&mut server, &mut c);

@@ -122,7 +122,8 @@ fn aof_files(dir: &Path) -> Vec<(String, String)> {
 }
 
 fn aof_file(dir: &Path, kind: &str) -> (String, Vec<u8>) {
-    let (name, _) = aof_files(dir).into_iter().find(|(_, k)| k == kind).unwrap_or_else(|| panic!("no AOF file of type {kind}"));
+    let (name, _) =
+        aof_files(dir).into_iter().find(|(_, k)| k == kind).unwrap_or_else(|| panic!("no AOF file of type {kind}"));
     let bytes = std::fs::read(dir.join("appendonlydir").join(&name)).expect("AOF file");
     (name, bytes)
 }
@@ -234,8 +235,7 @@ fn copy_rename_and_dump_restore_keep_the_value() {
         let payload: Vec<u8> = redis::cmd("DUMP").arg(key).query(&mut c).expect("DUMP");
         let pttl: i64 = call(&mut c, &format!("PTTL {key}")).expect("PTTL");
         let restored = format!("{key}-restored");
-        let ok: String =
-            redis::cmd("RESTORE").arg(&restored).arg(pttl).arg(&payload).query(&mut c).expect("RESTORE");
+        let ok: String = redis::cmd("RESTORE").arg(&restored).arg(pttl).arg(&payload).query(&mut c).expect("RESTORE");
         assert_eq!(ok, "OK");
         assert_same(&mut c, "DUMP/RESTORE", &restored, &on(&restored), snap, TTL_TOLERANCE_MS);
         // RESTORE refuses an existing key unless told to replace it.
@@ -307,7 +307,8 @@ fn aof_replay_keeps_absolute_expiry() {
 fn both_forms_of_throttle_set_apply() {
     let server = Server::start();
     let mut c = server.conn();
-    let relative_expiry_only = common::info_field(&mut c, "server", "redis_version").is_some_and(|v| v.starts_with("7.0."));
+    let relative_expiry_only =
+        common::info_field(&mut c, "server", "redis_version").is_some_and(|v| v.starts_with("7.0."));
     let t = now_us();
     let at_ms = t / 1000 + 3_600_000;
     let hour = 3_600_000_000;
@@ -351,7 +352,8 @@ fn both_forms_of_throttle_set_apply() {
         // An expiry no master sends, which the server's clock would wrap
         // into the past (Valkey asserted on it), is refused too.
         let far = u64::MAX / 2;
-        let e = redis::cmd("THROTTLE._SET").arg("bad").arg(&state).arg(far).query::<()>(&mut c).expect_err("far expiry");
+        let e =
+            redis::cmd("THROTTLE._SET").arg("bad").arg(&state).arg(far).query::<()>(&mut c).expect_err("far expiry");
         assert!(e.to_string().contains("invalid expiry"), "{kind}: {e}");
         let far_snapshot = [&state[..], &far.to_le_bytes()].concat();
         let e = redis::cmd("THROTTLE._SET").arg("bad").arg(&far_snapshot).query::<()>(&mut c).expect_err("far expiry");

@@ -10,7 +10,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{call, digest, info_field, same_values_on_replica, wait_aof_rewrite_done, wait_until, KeyTtls, Rng, Server};
+use common::{
+    call, digest, info_field, same_values_on_replica, wait_aof_rewrite_done, wait_until, KeyTtls, Rng, Server,
+};
 
 /// 200 keys, 40 of each kind, with limits high enough that calls keep
 /// being admitted and periods long enough that nothing expires while a
@@ -234,7 +236,9 @@ fn unpropagated_changes_count_for_save_points() {
     let server = Server::start();
     let mut c = server.conn();
     let changes = |c: &mut redis::Connection| -> i64 {
-        info_field(c, "persistence", "rdb_changes_since_last_save").and_then(|v| v.parse().ok()).expect("rdb_changes_since_last_save")
+        info_field(c, "persistence", "rdb_changes_since_last_save")
+            .and_then(|v| v.parse().ok())
+            .expect("rdb_changes_since_last_save")
     };
     let before = changes(&mut c);
     for i in 0..12 {

@@ -41,9 +41,9 @@ fn limits(rng: &mut Rng, count: usize) -> Vec<Limit> {
 
 fn cost(rng: &mut Rng, limit: u64) -> u64 {
     match rng.below(10) {
-        0 => 0,                                   // peek
-        1 => limit + 1 + rng.below(limit * 2),    // never admissible
-        2 => 1 + rng.below(limit),                // up to the whole limit
+        0 => 0,                                // peek
+        1 => limit + 1 + rng.below(limit * 2), // never admissible
+        2 => 1 + rng.below(limit),             // up to the whole limit
         _ => 1 + rng.below(3),
     }
 }
@@ -57,7 +57,6 @@ const TTL_TOLERANCE_MS: i64 = 100;
 fn replica_matches_master_after_a_random_workload_with_stalls() {
     workload_then_compare(TTL_TOLERANCE_MS);
 }
-
 
 fn workload_then_compare(max_lag_ms: i64) {
     // No delay before the full sync's diskless transfer (5 s by default).
@@ -95,7 +94,9 @@ fn workload_then_compare(max_lag_ms: i64) {
     let keys = limits(&mut rng, 150);
     let mut admitted = 0;
     for phase in 1..=PHASES {
-        wait_until("the previous stall to end", Duration::from_secs(10), || stalled.load(Ordering::SeqCst) + 1 >= phase);
+        wait_until("the previous stall to end", Duration::from_secs(10), || {
+            stalled.load(Ordering::SeqCst) + 1 >= phase
+        });
         asked.store(phase, Ordering::SeqCst);
         for _ in 0..BATCHES {
             let mut pipe = redis::pipe();
@@ -123,7 +124,10 @@ fn workload_then_compare(max_lag_ms: i64) {
     let mut worst_ms = 0;
     for KeyTtls { name, on_master, on_replica } in keys {
         assert!(on_master > 0 && on_replica > 0, "{name}: PTTL {on_master} / {on_replica}");
-        assert!(on_replica >= on_master - 100, "{name} would expire on the replica first: PTTL {on_master} / {on_replica}");
+        assert!(
+            on_replica >= on_master - 100,
+            "{name} would expire on the replica first: PTTL {on_master} / {on_replica}"
+        );
         worst_ms = worst_ms.max(on_replica - on_master);
     }
     assert!(worst_ms <= max_lag_ms, "PTTLs on the replica are up to {worst_ms} ms longer than on the master");

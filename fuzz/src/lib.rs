@@ -222,7 +222,9 @@ fn assert_round_trips<T: State>(state: &T, context: &dyn Fn() -> String) {
     let mut source = words.iter().copied();
     match T::decode(ENCODING_VERSION, &mut source) {
         Ok(back) => assert_eq!(&back, state, "{}: decoded differently: {}", T::NAME, context()),
-        Err(e) => panic!("{}: a stored state does not load back ({e:?}): {state:?} as {words:?}: {}", T::NAME, context()),
+        Err(e) => {
+            panic!("{}: a stored state does not load back ({e:?}): {state:?} as {words:?}: {}", T::NAME, context())
+        }
     }
     assert_eq!(source.len(), 0, "{}: decode left words unread", T::NAME);
 }
@@ -304,7 +306,12 @@ fn check_decision<T: State>(d: &Decision, params: &Params, cost: i64) {
     assert_eq!(d.limit, cap, "{}: reply's limit", T::NAME);
     assert!(d.remaining <= cap, "{}: remaining {} above {cap}", T::NAME, d.remaining);
     assert!(d.reset_after_ms <= MAX_WAIT_MS, "{}: reset_after {}", T::NAME, d.reset_after_ms);
-    assert!(d.retry_after_ms >= NEVER && d.retry_after_ms <= MAX_WAIT_MS as i64, "{}: retry_after {}", T::NAME, d.retry_after_ms);
+    assert!(
+        d.retry_after_ms >= NEVER && d.retry_after_ms <= MAX_WAIT_MS as i64,
+        "{}: retry_after {}",
+        T::NAME,
+        d.retry_after_ms
+    );
     if cost <= 0 {
         assert!(d.allowed, "{}: a peek or refund was limited", T::NAME);
     }
@@ -326,13 +333,23 @@ fn check_decision<T: State>(d: &Decision, params: &Params, cost: i64) {
 /// the windows and the log; for the buckets, the history that the
 /// token-bucket bound is checked on.
 enum Model {
-    Fixed { start: u64, count: u64 },
+    Fixed {
+        start: u64,
+        count: u64,
+    },
     /// Units admitted per aligned window (index = time / period).
-    Sliding { windows: BTreeMap<u64, u64> },
+    Sliding {
+        windows: BTreeMap<u64, u64>,
+    },
     /// Admitted (time, units), oldest first.
-    Exact { log: Vec<(u64, u64)> },
+    Exact {
+        log: Vec<(u64, u64)>,
+    },
     /// Admitted (time, units); refunds switch the bound off.
-    Bucket { admitted: Vec<(u64, u64)>, refunded: bool },
+    Bucket {
+        admitted: Vec<(u64, u64)>,
+        refunded: bool,
+    },
 }
 
 impl Model {
@@ -379,8 +396,12 @@ impl Model {
                     let mut units = 0u128;
                     for &(s, u) in admitted.iter().rev() {
                         units += u128::from(u);
-                        let bound = u128::from(p.burst()) * u128::from(period) + u128::from(now - s) * u128::from(p.limit());
-                        assert!(units * u128::from(period) <= bound, "bucket over-admitted: {units} units in [{s}, {now}] with {p:?}");
+                        let bound =
+                            u128::from(p.burst()) * u128::from(period) + u128::from(now - s) * u128::from(p.limit());
+                        assert!(
+                            units * u128::from(period) <= bound,
+                            "bucket over-admitted: {units} units in [{s}, {now}] with {p:?}"
+                        );
                     }
                 }
             }
@@ -406,7 +427,8 @@ impl Model {
                         left -= taken;
                     }
                 }
-                let idle = [Some(k), k.checked_sub(1)].into_iter().flatten().all(|w| windows.get(&w).is_none_or(|c| *c == 0));
+                let idle =
+                    [Some(k), k.checked_sub(1)].into_iter().flatten().all(|w| windows.get(&w).is_none_or(|c| *c == 0));
                 if idle {
                     windows.clear();
                 }
@@ -462,7 +484,8 @@ const PERIOD_EDGES: &[u64] = &[
     MAX_PERIOD_US,
     MAX_PERIOD_US - 1,
 ];
-const TIME_EDGES: &[u64] = &[0, 1, 999, 1_000_000, 1_700_000_000_000_000, MAX_TIME_US - MAX_PERIOD_US, MAX_TIME_US - 1_000_000, MAX_TIME_US];
+const TIME_EDGES: &[u64] =
+    &[0, 1, 999, 1_000_000, 1_700_000_000_000_000, MAX_TIME_US - MAX_PERIOD_US, MAX_TIME_US - 1_000_000, MAX_TIME_US];
 
 fn params_from<T: State>(b: &mut Bytes) -> Option<Params> {
     let limit = 1 + b.small_or_edge(32, LIMIT_EDGES).saturating_sub(1);
@@ -471,11 +494,7 @@ fn params_from<T: State>(b: &mut Bytes) -> Option<Params> {
         x @ 0xf0..=0xfe => PERIOD_EDGES[usize::from(x - 0xf0) % PERIOD_EDGES.len()],
         x => (u64::from(x) + 1) * 1000,
     };
-    let burst = if T::BUCKET {
-        Some(b.small_or_edge(40, LIMIT_EDGES)).filter(|&x| x != 0)
-    } else {
-        None
-    };
+    let burst = if T::BUCKET { Some(b.small_or_edge(40, LIMIT_EDGES)).filter(|&x| x != 0) } else { None };
     Params::new(limit, period, burst).ok()
 }
 
@@ -516,7 +535,8 @@ fn run_sequence<T: State>(head: u8, b: &mut Bytes) {
         };
         t = if op & 4 != 0 { t.saturating_sub(step) } else { t.saturating_add(step).min(MAX_TIME_US) };
         let cap = if T::BUCKET { params.burst() } else { params.limit() };
-        let units = b.small_or_edge(cap + 2, &[0, 1, cap, cap + 1, MAX_LIMIT, cap / 2, cap.saturating_sub(1)]).min(MAX_LIMIT);
+        let units =
+            b.small_or_edge(cap + 2, &[0, 1, cap, cap + 1, MAX_LIMIT, cap / 2, cap.saturating_sub(1)]).min(MAX_LIMIT);
         let refund = refunds && op & 0x80 != 0;
         let cost = if refund { -(units as i64) } else { units as i64 };
         let now = t.max(last_change);
@@ -559,7 +579,15 @@ fn run_sequence<T: State>(head: u8, b: &mut Bytes) {
 /// a limited call repeated `retry_after` ms later is admitted and 1 ms
 /// earlier is not; the key is idle `reset_after` ms later and not 1 ms
 /// earlier.
-fn check_promises<T: State>(before: &T, after: &T, p: &Params, cost: i64, now: u64, d: &Decision, context: &dyn Fn() -> String) {
+fn check_promises<T: State>(
+    before: &T,
+    after: &T,
+    p: &Params,
+    cost: i64,
+    now: u64,
+    d: &Decision,
+    context: &dyn Fn() -> String,
+) {
     let cap = if T::BUCKET { p.burst() } else { p.limit() };
     let probe = |state: &T, units: u64, at: u64| state.clone().acquire(p, units, at);
     if d.remaining > 0 {

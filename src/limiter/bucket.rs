@@ -232,16 +232,19 @@ mod tests {
     #[test]
     fn token_bucket_starts_full_and_refills_continuously() {
         // 10 per second, burst 5: one token every 100 ms.
-        run::<TokenBucket>(params(10, S, 5), &[
-            (0, 0, true, 5, 0, 0),
-            (0, 5, true, 0, 0, 500),
-            (0, 1, false, 0, 100, 500),
-            (50_000, 1, false, 0, 50, 450),
-            (100_000, 1, true, 0, 0, 500),
-            (350_000, 2, true, 0, 0, 450),
-            (350_000, 6, false, 0, NEVER, 450),
-            (2 * S, 0, true, 5, 0, 0),
-        ]);
+        run::<TokenBucket>(
+            params(10, S, 5),
+            &[
+                (0, 0, true, 5, 0, 0),
+                (0, 5, true, 0, 0, 500),
+                (0, 1, false, 0, 100, 500),
+                (50_000, 1, false, 0, 50, 450),
+                (100_000, 1, true, 0, 0, 500),
+                (350_000, 2, true, 0, 0, 450),
+                (350_000, 6, false, 0, NEVER, 450),
+                (2 * S, 0, true, 5, 0, 0),
+            ],
+        );
     }
 
     #[test]
@@ -262,16 +265,19 @@ mod tests {
     #[test]
     fn leaky_bucket_queues_work_at_the_leak_rate() {
         // Drains 10 per second; up to 3 units of work queued.
-        run::<LeakyBucket>(params(10, S, 3), &[
-            (0, 0, true, 3, 0, 0),
-            (0, 1, true, 2, 0, 100),
-            (0, 1, true, 1, 100, 200),
-            (0, 1, true, 0, 200, 300),
-            (0, 1, false, 0, 100, 300),
-            (100_000, 1, true, 0, 200, 300),
-            (100_000, 4, false, 0, NEVER, 300),
-            (S, 0, true, 3, 0, 0),
-        ]);
+        run::<LeakyBucket>(
+            params(10, S, 3),
+            &[
+                (0, 0, true, 3, 0, 0),
+                (0, 1, true, 2, 0, 100),
+                (0, 1, true, 1, 100, 200),
+                (0, 1, true, 0, 200, 300),
+                (0, 1, false, 0, 100, 300),
+                (100_000, 1, true, 0, 200, 300),
+                (100_000, 4, false, 0, NEVER, 300),
+                (S, 0, true, 3, 0, 0),
+            ],
+        );
     }
 
     #[test]

@@ -293,8 +293,8 @@ pub fn throttle(state: &mut TokenBucket, quota: &CellQuota, quantity: i64, now_u
     let empty = stored.period_us == 0;
     let now_us = if empty { now_us } else { now_us.max(stored.updated_at_us) };
     let params = quota.params;
-    let same = empty
-        || (stored.limit, stored.period_us, stored.burst) == (params.limit(), params.period_us(), params.burst());
+    let same =
+        empty || (stored.limit, stored.period_us, stored.burst) == (params.limit(), params.period_us(), params.burst());
     let debt = if empty { 0 } else { debt_in(&stored, &params, now_us) };
     let verdict = gcra(&params, debt, quantity);
     // `after` in ns, times the rate (units are 1/rate µs).
@@ -580,8 +580,8 @@ mod tests {
         let ms = 1_000_000i128;
         let cases: &[(i128, i64)] = &[
             (0, 0),
-            (1, 0),              // 1 ns: no whole millisecond
-            (999_999, 0),        // 0.999999 ms
+            (1, 0),       // 1 ns: no whole millisecond
+            (999_999, 0), // 0.999999 ms
             (ms, 1),
             (1_000 * ms, 1),
             (1_000 * ms + 999_999, 1), // 1.000999999 s: 1
@@ -756,7 +756,14 @@ mod tests {
     }
 
     impl Reference {
-        fn call(&mut self, max_burst: i64, count: i64, period: i64, quantity: i64, now_ns: i128) -> Result<[i64; 5], CellError> {
+        fn call(
+            &mut self,
+            max_burst: i64,
+            count: i64,
+            period: i64,
+            quantity: i64,
+            now_ns: i128,
+        ) -> Result<[i64; 5], CellError> {
             let t = ((period as i128 * 1_000_000_000) as f64 / count as f64) as i64 as i128;
             if t == 0 {
                 return Err(CellError::ZeroRate);

@@ -35,24 +35,14 @@ impl Limiter for FixedWindow {
         if allowed && cost > 0 {
             *self = FixedWindow { window_start_us: start, count: used_after };
         }
-        let reset_after_ms = if used_after > 0 {
-            ms_ceil(u128::from(start + period - now))
-        } else {
-            0
-        };
+        let reset_after_ms = if used_after > 0 { ms_ceil(u128::from(start + period - now)) } else { 0 };
         let retry_after_ms = match (allowed, cost > limit) {
             (true, _) => 0,
             (false, true) => NEVER,
             // The next window opens when this one ends.
             (false, false) => reset_after_ms as i64,
         };
-        Decision {
-            allowed,
-            limit,
-            remaining: limit.saturating_sub(used_after),
-            retry_after_ms,
-            reset_after_ms,
-        }
+        Decision { allowed, limit, remaining: limit.saturating_sub(used_after), retry_after_ms, reset_after_ms }
     }
 
     fn refund(&mut self, params: &Params, units: u64, now_us: u64) -> Decision {
@@ -87,23 +77,31 @@ mod tests {
 
     #[test]
     fn window_opens_at_first_call_and_closes_after_period() {
-        run(3, S, &[
-            (10 * S, 1, true, 2, 0, 1000),
-            (10 * S + 500_000, 2, true, 0, 0, 500),
-            (10 * S + 999_999, 1, false, 0, 1, 1),
-            (11 * S, 1, true, 2, 0, 1000),
-        ]);
+        run(
+            3,
+            S,
+            &[
+                (10 * S, 1, true, 2, 0, 1000),
+                (10 * S + 500_000, 2, true, 0, 0, 500),
+                (10 * S + 999_999, 1, false, 0, 1, 1),
+                (11 * S, 1, true, 2, 0, 1000),
+            ],
+        );
     }
 
     #[test]
     fn peek_and_impossible_costs() {
-        run(5, S, &[
-            (0, 0, true, 5, 0, 0),
-            (0, 6, false, 5, NEVER, 0),
-            (0, 5, true, 0, 0, 1000),
-            (1, 0, true, 0, 0, 1000),
-            (2, 1, false, 0, 1000, 1000),
-        ]);
+        run(
+            5,
+            S,
+            &[
+                (0, 0, true, 5, 0, 0),
+                (0, 6, false, 5, NEVER, 0),
+                (0, 5, true, 0, 0, 1000),
+                (1, 0, true, 0, 0, 1000),
+                (2, 1, false, 0, 1000, 1000),
+            ],
+        );
     }
 
     #[test]
@@ -112,10 +110,7 @@ mod tests {
         let p = params(20, S);
         let mut state = FixedWindow::default();
         assert!(state.acquire(&p, 1, 0).allowed);
-        let admitted = (0..40)
-            .map(|i| 900_000 + i * 5_000)
-            .filter(|&t| state.acquire(&p, 1, t).allowed)
-            .count();
+        let admitted = (0..40).map(|i| 900_000 + i * 5_000).filter(|&t| state.acquire(&p, 1, t).allowed).count();
         // 19 more in the first window (which ends at 1 s), 20 in the next.
         assert_eq!(admitted, 39);
     }

@@ -10,17 +10,17 @@ mod bucket;
 pub mod cell;
 mod fixed;
 mod pack;
-mod sliding;
-mod sliding_log;
 #[cfg(test)]
 mod proptests;
+mod sliding;
+mod sliding_log;
 
 pub use bucket::{Bucket, LeakyBucket, TokenBucket};
 pub use fixed::FixedWindow;
-pub use sliding::SlidingWindow;
 pub(crate) use sliding::Counts;
-pub use sliding_log::SlidingLog;
+pub use sliding::SlidingWindow;
 pub(crate) use sliding_log::Entry;
+pub use sliding_log::SlidingLog;
 
 /// Largest `limit`, `BURST` and `COST`: 10^15, so every count is exact in a
 /// double-precision float too (JavaScript and Lua clients read it exactly).
@@ -125,7 +125,6 @@ pub trait Limiter: Default + Clone {
     /// past it. Always admitted; a reply with `reset_after_ms == 0` means
     /// the key is idle and can be deleted.
     fn refund(&mut self, params: &Params, units: u64, now_us: u64) -> Decision;
-
 }
 
 pub(crate) fn ceil_div(numerator: u128, denominator: u128) -> u128 {

@@ -34,8 +34,8 @@ use proptest::sample::Index;
 use proptest::test_runner::TestCaseError;
 
 use super::{
-    Decision, FixedWindow, LeakyBucket, Limiter, Params, SlidingLog, SlidingWindow, TokenBucket,
-    MAX_LIMIT, MAX_PERIOD_US, MAX_TIME_US, MIN_PERIOD_US, NEVER,
+    Decision, FixedWindow, LeakyBucket, Limiter, Params, SlidingLog, SlidingWindow, TokenBucket, MAX_LIMIT,
+    MAX_PERIOD_US, MAX_TIME_US, MIN_PERIOD_US, NEVER,
 };
 
 const MS: u64 = 1_000;
@@ -71,10 +71,7 @@ impl Algo for FixedWindow {
 
     fn well_formed(&self, p: &Params, just_took: bool) -> Result<(), String> {
         if just_took && !(1..=p.limit()).contains(&self.count) {
-            return Err(format!(
-                "window holds {} units after an admission",
-                self.count
-            ));
+            return Err(format!("window holds {} units after an admission", self.count));
         }
         Ok(())
     }
@@ -92,10 +89,7 @@ impl Algo for SlidingWindow {
     fn well_formed(&self, p: &Params, just_took: bool) -> Result<(), String> {
         let c = self.counts();
         if just_took && !(1..=p.limit()).contains(&c.current) {
-            return Err(format!(
-                "current window holds {} units after an admission",
-                c.current
-            ));
+            return Err(format!("current window holds {} units after an admission", c.current));
         }
         if just_took && !c.window_start_us.is_multiple_of(p.period_us()) {
             return Err("window not aligned on the epoch".into());
@@ -123,10 +117,7 @@ impl Algo for SlidingLog {
         let entries: Vec<_> = self.entries().collect();
         let sum: u64 = entries.iter().map(|e| e.units).sum();
         if sum != self.used || entries.iter().any(|e| e.units == 0) {
-            return Err(format!(
-                "log {entries:?} does not add up to used {}",
-                self.used
-            ));
+            return Err(format!("log {entries:?} does not add up to used {}", self.used));
         }
         if entries.windows(2).any(|w| w[0].at_us >= w[1].at_us) {
             return Err(format!("log not in strictly increasing time: {entries:?}"));
@@ -215,18 +206,11 @@ fn check_call<A: Algo>(
     let cap = cap::<A>(p);
     let before = state.clone();
     let d = state.acquire(p, cost, at);
-    let ctx = format!(
-        "{} step {step}: {p:?} cost {cost} at {at} (now {now}) -> {d:?}",
-        A::NAME
-    );
+    let ctx = format!("{} step {step}: {p:?} cost {cost} at {at} (now {now}) -> {d:?}", A::NAME);
 
     prop_assert_eq!(d.limit, cap, "reply limit: {}", ctx);
     prop_assert!(d.remaining <= cap, "remaining above limit: {}", ctx);
-    prop_assert!(
-        d.reset_after_ms <= MAX_WAIT_MS,
-        "reset_after out of range: {}",
-        ctx
-    );
+    prop_assert!(d.reset_after_ms <= MAX_WAIT_MS, "reset_after out of range: {}", ctx);
     prop_assert!(
         d.retry_after_ms == NEVER || (0..=MAX_WAIT_MS as i64).contains(&d.retry_after_ms),
         "retry_after out of range: {}",
@@ -236,12 +220,7 @@ fn check_call<A: Algo>(
     // 4. Denied calls and peeks change nothing.
     let took = d.allowed && cost > 0;
     if !took {
-        prop_assert_eq!(
-            &*state,
-            &before,
-            "a denied call or a peek changed the state: {}",
-            ctx
-        );
+        prop_assert_eq!(&*state, &before, "a denied call or a peek changed the state: {}", ctx);
     }
     if let Err(why) = state.well_formed(p, took) {
         return Err(TestCaseError::fail(format!("{why}: {ctx}")));
@@ -256,47 +235,24 @@ fn check_call<A: Algo>(
     // Shape of retry_after.
     if d.allowed {
         if A::LEAKY {
-            prop_assert!(
-                d.retry_after_ms >= 0,
-                "admitted LEAKY call with NEVER: {}",
-                ctx
-            );
+            prop_assert!(d.retry_after_ms >= 0, "admitted LEAKY call with NEVER: {}", ctx);
         } else {
             prop_assert_eq!(d.retry_after_ms, 0, "admitted call must not wait: {}", ctx);
         }
     } else if cost > cap {
-        prop_assert_eq!(
-            d.retry_after_ms,
-            NEVER,
-            "impossible cost must answer NEVER: {}",
-            ctx
-        );
+        prop_assert_eq!(d.retry_after_ms, NEVER, "impossible cost must answer NEVER: {}", ctx);
     } else {
-        prop_assert!(
-            d.retry_after_ms >= 1,
-            "a possible call limited without a wait: {}",
-            ctx
-        );
+        prop_assert!(d.retry_after_ms >= 1, "a possible call limited without a wait: {}", ctx);
     }
 
     // 2. retry_after exactness.
     if !d.allowed && d.retry_after_ms >= 1 {
         let r = d.retry_after_ms as u64;
         let later = state.clone().acquire(p, cost, now + ms_to_us(r));
-        prop_assert!(
-            later.allowed,
-            "not admitted retry_after later: {} then {:?}",
-            ctx,
-            later
-        );
+        prop_assert!(later.allowed, "not admitted retry_after later: {} then {:?}", ctx, later);
         if r >= 2 {
             let early = state.clone().acquire(p, cost, now + ms_to_us(r - 1));
-            prop_assert!(
-                !early.allowed,
-                "admitted 1 ms before retry_after: {} then {:?}",
-                ctx,
-                early
-            );
+            prop_assert!(!early.allowed, "admitted 1 ms before retry_after: {} then {:?}", ctx, early);
         }
     }
 
@@ -315,12 +271,7 @@ fn check_call<A: Algo>(
             );
         }
         let over = s.acquire(p, 1, now);
-        prop_assert!(
-            !over.allowed,
-            "one call past remaining admitted: {} then {:?}",
-            ctx,
-            over
-        );
+        prop_assert!(!over.allowed, "one call past remaining admitted: {} then {:?}", ctx, over);
     }
     if d.remaining > 0 {
         let mut s = state.clone();
@@ -332,25 +283,14 @@ fn check_call<A: Algo>(
             all
         );
         let over = s.acquire(p, 1, now);
-        prop_assert!(
-            !over.allowed,
-            "a call past cost remaining admitted: {} then {:?}",
-            ctx,
-            over
-        );
+        prop_assert!(!over.allowed, "a call past cost remaining admitted: {} then {:?}", ctx, over);
     }
 
     // 6. reset_after.
     if d.allowed && cost > 0 {
-        prop_assert!(
-            d.reset_after_ms > 0,
-            "admitted units but reset_after 0: {}",
-            ctx
-        );
+        prop_assert!(d.reset_after_ms > 0, "admitted units but reset_after 0: {}", ctx);
     }
-    let idle = state
-        .clone()
-        .acquire(p, 0, now + ms_to_us(d.reset_after_ms));
+    let idle = state.clone().acquire(p, 0, now + ms_to_us(d.reset_after_ms));
     prop_assert!(
         idle.allowed && idle.remaining == cap && idle.reset_after_ms == 0,
         "not idle reset_after later: {} then {:?}",
@@ -358,15 +298,8 @@ fn check_call<A: Algo>(
         idle
     );
     if d.reset_after_ms >= 1 {
-        let busy = state
-            .clone()
-            .acquire(p, 0, now + ms_to_us(d.reset_after_ms - 1));
-        prop_assert!(
-            busy.reset_after_ms > 0,
-            "idle 1 ms before reset_after: {} then {:?}",
-            ctx,
-            busy
-        );
+        let busy = state.clone().acquire(p, 0, now + ms_to_us(d.reset_after_ms - 1));
+        prop_assert!(busy.reset_after_ms > 0, "idle 1 ms before reset_after: {} then {:?}", ctx, busy);
     }
 
     let last_change = if took { now } else { last_change };
@@ -411,11 +344,7 @@ impl Event {
     }
 }
 
-fn drive<A: Algo>(
-    start: u64,
-    pool: &[Params],
-    calls: &[Call],
-) -> Result<Vec<Event>, TestCaseError> {
+fn drive<A: Algo>(start: u64, pool: &[Params], calls: &[Call]) -> Result<Vec<Event>, TestCaseError> {
     let mut state = A::default();
     let mut at = start;
     let mut last_change = 0;
@@ -427,9 +356,7 @@ fn drive<A: Algo>(
         let cap = cap::<A>(p);
         let cost = match call.cost {
             Cost::Units(n) => n.min(MAX_LIMIT),
-            Cost::Cap(delta) => {
-                (i128::from(cap) + i128::from(delta)).clamp(0, i128::from(MAX_LIMIT)) as u64
-            }
+            Cost::Cap(delta) => (i128::from(cap) + i128::from(delta)).clamp(0, i128::from(MAX_LIMIT)) as u64,
             Cost::Remaining => last_remaining.unwrap_or(cap),
         };
         let now = state.effective_now(at, last_change);
@@ -450,11 +377,7 @@ type Model = fn(&Params, &[Event]) -> Result<(), TestCaseError>;
 
 /// Units admitted with an effective time in `[from, to]`.
 fn admitted_between(events: &[Event], from: u64, to: u64) -> u128 {
-    events
-        .iter()
-        .filter(|e| (from..=to).contains(&e.now))
-        .map(|e| u128::from(e.admitted()))
-        .sum()
+    events.iter().filter(|e| (from..=to).contains(&e.now)).map(|e| u128::from(e.admitted())).sum()
 }
 
 /// Largest number of units admitted in any half-open interval `(t - period, t]`
@@ -484,36 +407,18 @@ fn fixed_model(p: &Params, events: &[Event]) -> Result<(), TestCaseError> {
             used += e.cost;
             window = (start, used);
         }
-        let reset = if used > 0 {
-            ceil_ms(u128::from(start + period - e.now))
-        } else {
-            0
-        };
+        let reset = if used > 0 { ceil_ms(u128::from(start + period - e.now)) } else { 0 };
         let retry = match (allowed, e.cost > limit) {
             (true, _) => 0,
             (false, true) => NEVER,
             (false, false) => reset as i64,
         };
-        let want = Decision {
-            allowed,
-            limit,
-            remaining: limit - used,
-            retry_after_ms: retry,
-            reset_after_ms: reset,
-        };
+        let want = Decision { allowed, limit, remaining: limit - used, retry_after_ms: retry, reset_after_ms: reset };
         prop_assert_eq!(e.d, want, "FIXED model, step {}: {:?}", i, e);
-        prop_assert!(
-            used <= limit,
-            "FIXED: more than limit in one window at step {}",
-            i
-        );
+        prop_assert!(used <= limit, "FIXED: more than limit in one window at step {}", i);
     }
     let most = max_in_any_period(events, period);
-    prop_assert!(
-        most <= 2 * u128::from(limit),
-        "FIXED: {} units in one period",
-        most
-    );
+    prop_assert!(most <= 2 * u128::from(limit), "FIXED: {} units in one period", most);
     Ok(())
 }
 
@@ -531,11 +436,7 @@ fn log_model(p: &Params, events: &[Event]) -> Result<(), TestCaseError> {
         let used: u64 = live.iter().map(|x| x.1).sum();
         let allowed = used + e.cost <= limit;
         let used_after = if allowed { used + e.cost } else { used };
-        let newest = if allowed && e.cost > 0 {
-            Some(e.now)
-        } else {
-            live.last().map(|x| x.0)
-        };
+        let newest = if allowed && e.cost > 0 { Some(e.now) } else { live.last().map(|x| x.0) };
         let reset = match newest {
             Some(at) if used_after > 0 => ceil_ms(u128::from(at + period - e.now)),
             _ => 0,
@@ -559,21 +460,12 @@ fn log_model(p: &Params, events: &[Event]) -> Result<(), TestCaseError> {
             prop_assert!(wait.is_some(), "model: nothing frees enough at step {}", i);
             ceil_ms(u128::from(wait.unwrap_or(0))) as i64
         };
-        let want = Decision {
-            allowed,
-            limit,
-            remaining: limit - used_after,
-            retry_after_ms: retry,
-            reset_after_ms: reset,
-        };
+        let want =
+            Decision { allowed, limit, remaining: limit - used_after, retry_after_ms: retry, reset_after_ms: reset };
         prop_assert_eq!(e.d, want, "SLIDING EXACT model, step {}: {:?}", i, e);
     }
     let most = max_in_any_period(events, period);
-    prop_assert!(
-        most <= u128::from(limit),
-        "SLIDING EXACT: {} units in one period",
-        most
-    );
+    prop_assert!(most <= u128::from(limit), "SLIDING EXACT: {} units in one period", most);
     Ok(())
 }
 
@@ -583,28 +475,16 @@ fn sliding_model(p: &Params, events: &[Event]) -> Result<(), TestCaseError> {
     let (limit, period) = (p.limit(), p.period_us());
     let (l, pp) = (u128::from(limit), u128::from(period));
     let window_units = |events: &[Event], w: u64| -> u128 {
-        events
-            .iter()
-            .filter(|x| x.now / period == w)
-            .map(|x| u128::from(x.admitted()))
-            .sum()
+        events.iter().filter(|x| x.now / period == w).map(|x| u128::from(x.admitted())).sum()
     };
     for (i, e) in events.iter().enumerate() {
         let w = e.now / period;
         let elapsed = u128::from(e.now % period);
-        let previous = if w == 0 {
-            0
-        } else {
-            window_units(&events[..i], w - 1)
-        };
+        let previous = if w == 0 { 0 } else { window_units(&events[..i], w - 1) };
         let current = window_units(&events[..i], w);
         let weighted = |current: u128| previous * (pp - elapsed) + current * pp;
         let allowed = e.cost == 0 || weighted(current + u128::from(e.cost)) <= l * pp;
-        let current_after = if allowed {
-            current + u128::from(e.cost)
-        } else {
-            current
-        };
+        let current_after = if allowed { current + u128::from(e.cost) } else { current };
         let reset_us = if current_after > 0 {
             2 * pp - elapsed
         } else if previous > 0 {
@@ -614,45 +494,19 @@ fn sliding_model(p: &Params, events: &[Event]) -> Result<(), TestCaseError> {
         };
         prop_assert_eq!(e.d.allowed, allowed, "SLIDING model, step {}: {:?}", i, e);
         let remaining = (l * pp).saturating_sub(weighted(current_after)) / pp;
-        prop_assert_eq!(
-            u128::from(e.d.remaining),
-            remaining,
-            "SLIDING remaining, step {}: {:?}",
-            i,
-            e
-        );
-        prop_assert_eq!(
-            e.d.reset_after_ms,
-            ceil_ms(reset_us),
-            "SLIDING reset, step {}: {:?}",
-            i,
-            e
-        );
-        prop_assert!(
-            current_after <= l,
-            "SLIDING: more than limit in one aligned window at step {}",
-            i
-        );
+        prop_assert_eq!(u128::from(e.d.remaining), remaining, "SLIDING remaining, step {}: {:?}", i, e);
+        prop_assert_eq!(e.d.reset_after_ms, ceil_ms(reset_us), "SLIDING reset, step {}: {:?}", i, e);
+        prop_assert!(current_after <= l, "SLIDING: more than limit in one aligned window at step {}", i);
     }
     // In any (t - period, t]: at most limit plus the previous aligned
     // window's count weighted by how far t is into its own window (and so
     // never more than 2 * limit).
     for e in events.iter().filter(|e| e.admitted() > 0) {
         let w = e.now / period;
-        let previous = if w == 0 {
-            0
-        } else {
-            window_units(events, w - 1)
-        };
+        let previous = if w == 0 { 0 } else { window_units(events, w - 1) };
         let bound = l + previous * u128::from(e.now % period) / pp;
         let rolling = admitted_between(events, (e.now + 1).saturating_sub(period), e.now);
-        prop_assert!(
-            rolling <= bound,
-            "SLIDING: {} units in the period to {} (bound {})",
-            rolling,
-            e.now,
-            bound
-        );
+        prop_assert!(rolling <= bound, "SLIDING: {} units in the period to {} (bound {})", rolling, e.now, bound);
         prop_assert!(rolling <= 2 * l, "SLIDING: {} units in one period", rolling);
     }
     Ok(())
@@ -663,22 +517,14 @@ fn sliding_model(p: &Params, events: &[Event]) -> Result<(), TestCaseError> {
 /// refilled by `limit` each µs up to `burst * period`); LEAKY the queued
 /// work (empty at start, drained by `limit` each µs down to 0).
 fn bucket_model(p: &Params, events: &[Event], leaky: bool) -> Result<(), TestCaseError> {
-    let (l, pp, b) = (
-        u128::from(p.limit()),
-        u128::from(p.period_us()),
-        u128::from(p.burst()),
-    );
+    let (l, pp, b) = (u128::from(p.limit()), u128::from(p.period_us()), u128::from(p.burst()));
     let full = b * pp;
     let name = if leaky { "LEAKY" } else { "TOKEN" };
     // The level at the last change, and its time.
     let (mut stored, mut changed_at) = (if leaky { 0 } else { full }, 0u64);
     for (i, e) in events.iter().enumerate() {
         let flow = u128::from(e.now - changed_at.min(e.now)) * l;
-        let level = if leaky {
-            stored.saturating_sub(flow)
-        } else {
-            (stored + flow).min(full)
-        };
+        let level = if leaky { stored.saturating_sub(flow) } else { (stored + flow).min(full) };
         let asked = u128::from(e.cost) * pp;
         // Free room in scaled units: tokens present, or space left for work.
         let room = if leaky { full - level } else { level };
@@ -714,11 +560,7 @@ fn bucket_model(p: &Params, events: &[Event], leaky: bool) -> Result<(), TestCas
     for (x, first) in admits.iter().enumerate() {
         // Admissions at the same time as `first` but earlier in the
         // sequence belong to [a, b] too.
-        let same: u128 = admits[..x]
-            .iter()
-            .filter(|e| e.now == first.now)
-            .map(|e| u128::from(e.admitted()))
-            .sum();
+        let same: u128 = admits[..x].iter().filter(|e| e.now == first.now).map(|e| u128::from(e.admitted())).sum();
         let mut units = 0u128;
         for last in &admits[x..] {
             units += u128::from(last.admitted());
@@ -770,100 +612,73 @@ fn pick(kind: u8, weights: &[u8]) -> usize {
 }
 
 fn small_call() -> impl Strategy<Value = Call> {
-    (0..13u8, any::<u32>(), 0..12u8, any::<u32>(), any::<u8>()).prop_map(
-        |(dk, dv, ck, cv, params)| {
-            let dv = i64::from(dv);
-            let dt = match pick(dk, &[3, 4, 4, 1, 1]) {
-                0 => 0,
-                1 => dv % 2_001,
-                2 => dv % 25_001,
-                3 => dv % 100_001,
-                _ => -(dv % 20_000) - 1,
-            };
-            let cost = match pick(ck, &[6, 1, 3, 1, 1]) {
-                0 => Cost::Units(1),
-                1 => Cost::Units(0),
-                2 => Cost::Units(u64::from(cv % 21)),
-                3 => Cost::Cap(i64::from(cv % 4) - 2),
-                _ => Cost::Remaining,
-            };
-            Call { dt, cost, params }
-        },
-    )
+    (0..13u8, any::<u32>(), 0..12u8, any::<u32>(), any::<u8>()).prop_map(|(dk, dv, ck, cv, params)| {
+        let dv = i64::from(dv);
+        let dt = match pick(dk, &[3, 4, 4, 1, 1]) {
+            0 => 0,
+            1 => dv % 2_001,
+            2 => dv % 25_001,
+            3 => dv % 100_001,
+            _ => -(dv % 20_000) - 1,
+        };
+        let cost = match pick(ck, &[6, 1, 3, 1, 1]) {
+            0 => Cost::Units(1),
+            1 => Cost::Units(0),
+            2 => Cost::Units(u64::from(cv % 21)),
+            3 => Cost::Cap(i64::from(cv % 4) - 2),
+            _ => Cost::Remaining,
+        };
+        Call { dt, cost, params }
+    })
 }
 
 fn small_start() -> impl Strategy<Value = u64> {
-    prop_oneof![
-        Just(0u64),
-        0..=10_000_000u64,
-        0..=MAX_TIME_US - 1_000_000_000_000
-    ]
+    prop_oneof![Just(0u64), 0..=10_000_000u64, 0..=MAX_TIME_US - 1_000_000_000_000]
 }
 
 fn huge(max: u64) -> impl Strategy<Value = u64> {
-    prop_oneof![
-        Just(1u64),
-        1..=3u64,
-        1..=1_000u64,
-        Just(max),
-        max - 3..=max,
-        1..=max
-    ]
+    prop_oneof![Just(1u64), 1..=3u64, 1..=1_000u64, Just(max), max - 3..=max, 1..=max]
 }
 
 /// (limit, period in ms, burst) anywhere within bounds, extremes favoured.
 fn extreme_params() -> impl Strategy<Value = (u64, u64, u64)> {
     let max_ms = MAX_PERIOD_US / MS;
-    let period = prop_oneof![
-        Just(MIN_PERIOD_US / MS),
-        1..=1_000u64,
-        Just(max_ms),
-        1..=max_ms
-    ];
+    let period = prop_oneof![Just(MIN_PERIOD_US / MS), 1..=1_000u64, Just(max_ms), 1..=max_ms];
     (huge(MAX_LIMIT), period, huge(MAX_LIMIT))
 }
 
 fn extreme_call() -> impl Strategy<Value = Call> {
-    (0..10u8, any::<u64>(), 0..13u8, any::<u64>(), any::<u8>()).prop_map(
-        |(dk, dv, ck, cv, params)| {
-            let max_period = MAX_PERIOD_US as i64;
-            let max_time = MAX_TIME_US as i64;
-            let dv = (dv >> 1) as i64;
-            let dt = match pick(dk, &[3, 2, 2, 1, 1, 1]) {
-                0 => 0,
-                1 => dv % 10_001,
-                2 => dv % (3 * max_period + 1) - max_period,
-                3 => dv % (max_period + 1),
-                4 => -max_time,
-                _ => max_time,
-            };
-            let cost = match pick(ck, &[3, 2, 1, 1, 2, 2, 2]) {
-                0 => Cost::Units(1),
-                1 => Cost::Units(0),
-                2 => Cost::Units(cv % 6),
-                3 => Cost::Units(MAX_LIMIT),
-                4 => Cost::Units(cv % (MAX_LIMIT + 1)),
-                5 => Cost::Cap((cv % 5) as i64 - 3),
-                _ => Cost::Remaining,
-            };
-            Call { dt, cost, params }
-        },
-    )
+    (0..10u8, any::<u64>(), 0..13u8, any::<u64>(), any::<u8>()).prop_map(|(dk, dv, ck, cv, params)| {
+        let max_period = MAX_PERIOD_US as i64;
+        let max_time = MAX_TIME_US as i64;
+        let dv = (dv >> 1) as i64;
+        let dt = match pick(dk, &[3, 2, 2, 1, 1, 1]) {
+            0 => 0,
+            1 => dv % 10_001,
+            2 => dv % (3 * max_period + 1) - max_period,
+            3 => dv % (max_period + 1),
+            4 => -max_time,
+            _ => max_time,
+        };
+        let cost = match pick(ck, &[3, 2, 1, 1, 2, 2, 2]) {
+            0 => Cost::Units(1),
+            1 => Cost::Units(0),
+            2 => Cost::Units(cv % 6),
+            3 => Cost::Units(MAX_LIMIT),
+            4 => Cost::Units(cv % (MAX_LIMIT + 1)),
+            5 => Cost::Cap((cv % 5) as i64 - 3),
+            _ => Cost::Remaining,
+        };
+        Call { dt, cost, params }
+    })
 }
 
 fn extreme_start() -> impl Strategy<Value = u64> {
-    prop_oneof![
-        Just(0u64),
-        Just(MAX_TIME_US),
-        0..=MAX_TIME_US,
-        MAX_TIME_US - 1_000_000_000_000_000..=MAX_TIME_US
-    ]
+    prop_oneof![Just(0u64), Just(MAX_TIME_US), 0..=MAX_TIME_US, MAX_TIME_US - 1_000_000_000_000_000..=MAX_TIME_US]
 }
 
 fn pool<A: Algo>(raw: &[(u64, u64, u64)]) -> Vec<Params> {
-    raw.iter()
-        .map(|&(limit, period_ms, burst)| params_for::<A>(limit, period_ms * MS, burst))
-        .collect()
+    raw.iter().map(|&(limit, period_ms, burst)| params_for::<A>(limit, period_ms * MS, burst)).collect()
 }
 
 // ---------------------------------------------------------------------------
@@ -871,10 +686,7 @@ fn pool<A: Algo>(raw: &[(u64, u64, u64)]) -> Vec<Params> {
 
 /// The default 256 cases, without writing regression files into the tree.
 fn config() -> ProptestConfig {
-    ProptestConfig {
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    }
+    ProptestConfig { failure_persistence: None, ..ProptestConfig::default() }
 }
 
 macro_rules! algorithm_properties {
@@ -942,46 +754,30 @@ algorithm_properties!(leaky, LeakyBucket, leaky_model);
 fn drift_case() -> impl Strategy<Value = (Params, u64, Vec<u64>)> {
     let max_ms = MAX_PERIOD_US / MS;
     let period = prop_oneof![1..=1_000u64, 1..=max_ms];
-    (
-        huge(MAX_LIMIT),
-        period,
-        any::<Index>(),
-        0..=MAX_TIME_US / 2,
-        vec(any::<Index>(), 1..=200),
+    (huge(MAX_LIMIT), period, any::<Index>(), 0..=MAX_TIME_US / 2, vec(any::<Index>(), 1..=200)).prop_filter_map(
+        "no burst >= 2 fits",
+        |(limit, period_ms, burst, start, ticks)| {
+            let period = period_ms * MS;
+            let most =
+                (u128::from(MAX_PERIOD_US) * u128::from(limit) / u128::from(period)).min(u128::from(MAX_LIMIT)) as u64;
+            if most < 2 {
+                return None;
+            }
+            let burst = 2 + burst.index((most - 1) as usize) as u64;
+            let params = Params::new(limit, period, Some(burst)).ok()?;
+            let longest = (u128::from(burst - 1) * u128::from(period) / u128::from(limit))
+                .min(u128::from(MAX_TIME_US / 2 / 200)) as usize;
+            let ticks = ticks.iter().map(|t| t.index(longest + 1) as u64).collect();
+            Some((params, start, ticks))
+        },
     )
-        .prop_filter_map(
-            "no burst >= 2 fits",
-            |(limit, period_ms, burst, start, ticks)| {
-                let period = period_ms * MS;
-                let most = (u128::from(MAX_PERIOD_US) * u128::from(limit) / u128::from(period))
-                    .min(u128::from(MAX_LIMIT)) as u64;
-                if most < 2 {
-                    return None;
-                }
-                let burst = 2 + burst.index((most - 1) as usize) as u64;
-                let params = Params::new(limit, period, Some(burst)).ok()?;
-                let longest = (u128::from(burst - 1) * u128::from(period) / u128::from(limit))
-                    .min(u128::from(MAX_TIME_US / 2 / 200)) as usize;
-                let ticks = ticks.iter().map(|t| t.index(longest + 1) as u64).collect();
-                Some((params, start, ticks))
-            },
-        )
 }
 
-fn greedy_has_no_drift<A: Algo>(
-    p: &Params,
-    start: u64,
-    ticks: &[u64],
-) -> Result<(), TestCaseError> {
+fn greedy_has_no_drift<A: Algo>(p: &Params, start: u64, ticks: &[u64]) -> Result<(), TestCaseError> {
     let (l, pp, b) = (u128::from(p.limit()), u128::from(p.period_us()), p.burst());
     let mut state = A::default();
     let first = state.acquire(p, b, start);
-    prop_assert!(
-        first.allowed && first.remaining == 0,
-        "{} first call: {:?}",
-        A::NAME,
-        first
-    );
+    prop_assert!(first.allowed && first.remaining == 0, "{} first call: {:?}", A::NAME, first);
     let mut taken = u128::from(b);
     let mut now = start;
     for (i, tick) in ticks.iter().enumerate() {
@@ -1002,12 +798,7 @@ fn greedy_has_no_drift<A: Algo>(
         );
         taken = due;
         let more = state.clone().acquire(p, 1, now);
-        prop_assert!(
-            !more.allowed,
-            "{} tick {}: one unit more than the closed form admitted",
-            A::NAME,
-            i
-        );
+        prop_assert!(!more.allowed, "{} tick {}: one unit more than the closed form admitted", A::NAME, i);
     }
     Ok(())
 }

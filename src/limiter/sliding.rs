@@ -148,8 +148,7 @@ impl View {
     }
 
     fn weighted(&self, period: u64) -> u128 {
-        u128::from(self.previous) * u128::from(period - self.elapsed)
-            + u128::from(self.current) * u128::from(period)
+        u128::from(self.previous) * u128::from(period - self.elapsed) + u128::from(self.current) * u128::from(period)
     }
 
     /// Microseconds from now until a call of `cost` fits, for a call that
@@ -251,38 +250,45 @@ mod tests {
 
     #[test]
     fn previous_window_weighs_by_overlap() {
-        run(10, 10 * S, &[
-            // 10 units late in window [0, 10 s).
-            (9 * S, 10, true, 0, 0, 11_000),
-            // At 12 s the previous window weighs 8/10: 8 used, 2 left.
-            (12 * S, 0, true, 2, 0, 8_000),
-            (12 * S, 2, true, 0, 0, 18_000),
-            // Full: previous 10 * (10 - 2.5)/10 = 7.5, + 2 = 9.5; one more
-            // fits once the estimate drops to 9: 10 * (10 - e)/10 <= 7 -> e = 3 s.
-            (12_500_000, 1, false, 0, 500, 17_500),
-            (13 * S - 1, 1, false, 0, 1, 17_001),
-            (13 * S, 1, true, 0, 0, 17_000),
-        ]);
+        run(
+            10,
+            10 * S,
+            &[
+                // 10 units late in window [0, 10 s).
+                (9 * S, 10, true, 0, 0, 11_000),
+                // At 12 s the previous window weighs 8/10: 8 used, 2 left.
+                (12 * S, 0, true, 2, 0, 8_000),
+                (12 * S, 2, true, 0, 0, 18_000),
+                // Full: previous 10 * (10 - 2.5)/10 = 7.5, + 2 = 9.5; one more
+                // fits once the estimate drops to 9: 10 * (10 - e)/10 <= 7 -> e = 3 s.
+                (12_500_000, 1, false, 0, 500, 17_500),
+                (13 * S - 1, 1, false, 0, 1, 17_001),
+                (13 * S, 1, true, 0, 0, 17_000),
+            ],
+        );
     }
 
     #[test]
     fn waits_into_the_next_window() {
-        run(4, S, &[
-            (0, 4, true, 0, 0, 2000),
-            // current 4 + 1 > 4: in the next window 4 * (1 - e) <= 3 -> e = 0.25 s.
-            (100_000, 1, false, 0, 1150, 1900),
-            (1_250_000, 1, true, 0, 0, 1750),
-        ]);
+        run(
+            4,
+            S,
+            &[
+                (0, 4, true, 0, 0, 2000),
+                // current 4 + 1 > 4: in the next window 4 * (1 - e) <= 3 -> e = 0.25 s.
+                (100_000, 1, false, 0, 1150, 1900),
+                (1_250_000, 1, true, 0, 0, 1750),
+            ],
+        );
     }
 
     #[test]
     fn peek_and_impossible_costs() {
-        run(3, S, &[
-            (0, 0, true, 3, 0, 0),
-            (0, 4, false, 3, NEVER, 0),
-            (0, 3, true, 0, 0, 2000),
-            (2 * S, 0, true, 3, 0, 0),
-        ]);
+        run(
+            3,
+            S,
+            &[(0, 0, true, 3, 0, 0), (0, 4, false, 3, NEVER, 0), (0, 3, true, 0, 0, 2000), (2 * S, 0, true, 3, 0, 0)],
+        );
     }
 
     #[test]

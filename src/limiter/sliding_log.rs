@@ -192,7 +192,8 @@ impl SlidingLog {
                 self.front_at_us = self.front_at_us.saturating_add(next.gap);
                 // The new first entry's gap is read from front_at_us now: an
                 // empty gap word, as a log built from scratch has.
-                let gap_words = if Word::kind(self.log.front().copied().unwrap_or(0)) == Word::LONG_GAP { 2 } else { 1 };
+                let gap_words =
+                    if Word::kind(self.log.front().copied().unwrap_or(0)) == Word::LONG_GAP { 2 } else { 1 };
                 self.log.drain(..gap_words);
                 self.log.push_front(Word::GAP);
             }
@@ -204,10 +205,7 @@ impl SlidingLog {
     /// Units in entries that have left the window `(now - period, now]`.
     /// Costs one step per expired entry.
     fn expired_units(&self, period: u64, now: u64) -> u64 {
-        self.entries()
-            .take_while(|e| e.at_us.saturating_add(period) <= now)
-            .map(|e| e.units)
-            .sum()
+        self.entries().take_while(|e| e.at_us.saturating_add(period) <= now).map(|e| e.units).sum()
     }
 
     fn drop_expired(&mut self, period: u64, now: u64) {
@@ -287,11 +285,8 @@ impl Limiter for SlidingLog {
         } else {
             super::retry_ms(self.wait_us(period, now, expired, used + cost - limit))
         };
-        let (used_after, newest_at) = if allowed && cost > 0 {
-            (used + cost, Some(now))
-        } else {
-            (used, self.newest().map(|e| e.at_us))
-        };
+        let (used_after, newest_at) =
+            if allowed && cost > 0 { (used + cost, Some(now)) } else { (used, self.newest().map(|e| e.at_us)) };
         let reset_after_ms = reset_after_ms(newest_at, used_after, period, now);
         Decision { allowed, limit, remaining: limit.saturating_sub(used_after), retry_after_ms, reset_after_ms }
     }
@@ -334,27 +329,30 @@ mod tests {
 
     #[test]
     fn units_leave_one_period_after_admission() {
-        let state = run(3, S, &[
-            (0, 1, true, 2, 0, 1000),
-            (200_000, 2, true, 0, 0, 1000),
-            (500_000, 1, false, 0, 500, 700),
-            (999_999, 1, false, 0, 1, 201),
-            (S, 1, true, 0, 0, 1000),
-            (S, 1, false, 0, 200, 1000),
-            (S + 200_000, 2, true, 0, 0, 1000),
-        ]);
+        let state = run(
+            3,
+            S,
+            &[
+                (0, 1, true, 2, 0, 1000),
+                (200_000, 2, true, 0, 0, 1000),
+                (500_000, 1, false, 0, 500, 700),
+                (999_999, 1, false, 0, 1, 201),
+                (S, 1, true, 0, 0, 1000),
+                (S, 1, false, 0, 200, 1000),
+                (S + 200_000, 2, true, 0, 0, 1000),
+            ],
+        );
         assert_eq!(state.used, 3);
         assert_eq!(state.entries().count(), 2);
     }
 
     #[test]
     fn peek_and_impossible_costs() {
-        run(2, S, &[
-            (0, 0, true, 2, 0, 0),
-            (0, 3, false, 2, NEVER, 0),
-            (0, 2, true, 0, 0, 1000),
-            (S, 0, true, 2, 0, 0),
-        ]);
+        run(
+            2,
+            S,
+            &[(0, 0, true, 2, 0, 0), (0, 3, false, 2, NEVER, 0), (0, 2, true, 0, 0, 1000), (S, 0, true, 2, 0, 0)],
+        );
     }
 
     #[test]

@@ -59,7 +59,8 @@ pub(crate) fn execute(
             // The master's clock: this server's, or the one a replayed call carries.
             let master_ms = call.ttl_from_ms.unwrap_or(now_ms);
             let expire_at_ms = master_ms.saturating_add(reset_after_ms);
-            let snapshot = if reset_after_ms > 0 { snapshot(&mut key, algorithm, call.exact, expire_at_ms) } else { None };
+            let snapshot =
+                if reset_after_ms > 0 { snapshot(&mut key, algorithm, call.exact, expire_at_ms) } else { None };
             drop(key);
             match snapshot {
                 _ if reset_after_ms == 0 => propagation::delete(ctx, key_name),
@@ -94,7 +95,13 @@ fn snapshot(key: &mut Key, algorithm: Algorithm, exact: bool, expire_at_ms: u64)
 }
 
 /// What the call would answer now, changing nothing (the key is only read).
-pub(crate) fn dry_run(ctx: Ctx, key_name: RString, algorithm: Algorithm, call: &Call, now_us: u64) -> Result<Decision, CommandError> {
+pub(crate) fn dry_run(
+    ctx: Ctx,
+    key_name: RString,
+    algorithm: Algorithm,
+    call: &Call,
+    now_us: u64,
+) -> Result<Decision, CommandError> {
     let mut key = Key::open_read(ctx, key_name);
     run_on_key(&mut key, algorithm, call, now_us, Mode::DryRun).map(|o| o.decision)
 }
@@ -175,7 +182,8 @@ fn run<T: Stored>(key: &mut Key, call: &Call, now_us: u64, mode: Mode) -> Result
             Outcome { decision, changed }
         }
         (Slot::Mine(state), Mode::DryRun) => {
-            let decision = if call.cost < 0 { step(&mut state.clone()) } else { state.check(&call.params, units, now_us) };
+            let decision =
+                if call.cost < 0 { step(&mut state.clone()) } else { state.check(&call.params, units, now_us) };
             Outcome { decision, changed: false }
         }
         (Slot::Empty, _) => {

@@ -4,7 +4,8 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 /// The server's wall clock in Unix microseconds: Redis 7.0 offers only
 /// milliseconds to modules, and the algorithms are exact to the µs.
 pub(crate) fn now_us() -> u64 {
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
+    let now =
+        SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
     #[cfg(debug_assertions)]
     let now = now.saturating_add_signed(WALL_OFFSET_US.load(std::sync::atomic::Ordering::Relaxed));
     now

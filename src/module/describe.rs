@@ -33,11 +33,7 @@ trait Describe: Stored {
 impl Describe for FixedWindow {
     const INFO_NAME: &'static [u8] = b"fixed";
     fn fields(&self, _now_us: u64, ttl_ms: i64) -> Vec<Field> {
-        vec![
-            (c"window_start", int(self.window_start_us)),
-            (c"used", int(self.count)),
-            (c"reset_after", ttl_ms),
-        ]
+        vec![(c"window_start", int(self.window_start_us)), (c"used", int(self.count)), (c"reset_after", ttl_ms)]
     }
 }
 

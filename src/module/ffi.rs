@@ -246,7 +246,6 @@ pub(crate) fn reply_wrong_arity(ctx: Ctx) {
     }
 }
 
-
 pub(crate) fn reply_simple_ok(ctx: Ctx) {
     // SAFETY: plain call on the command's context.
     unsafe {

@@ -1,8 +1,8 @@
 //! The Redis module: registration and the glue between Redis and the pure
 //! algorithms.
 
-mod alloc;
 mod all;
+mod alloc;
 mod apply;
 mod cell;
 mod clock;
@@ -24,7 +24,9 @@ use std::ffi::{c_int, CString};
 use redis_module::{raw, redis_module, Context, RedisString, Status};
 
 use crate::args::Algorithm;
-use docs::{ArgDoc, CommandDoc, AT, BURST, COST, EXACT, KEY_ARG, KEY_OVERWRITTEN, KEY_READ, KEY_UPDATED, LIMIT, PERIOD};
+use docs::{
+    ArgDoc, CommandDoc, AT, BURST, COST, EXACT, KEY_ARG, KEY_OVERWRITTEN, KEY_READ, KEY_UPDATED, LIMIT, PERIOD,
+};
 use ffi::{Ctx, RString};
 use types::{EXACT_TYPE, FIXED_TYPE, LEAKY_TYPE, SLIDING_TYPE, TOKEN_TYPE};
 
@@ -40,7 +42,10 @@ macro_rules! handler {
             };
             let run = std::panic::AssertUnwindSafe(|| $body(ctx, args));
             if std::panic::catch_unwind(run).is_err() {
-                ffi::reply_error(ctx, "ERR internal error in the throttle module; the call changed nothing it reported");
+                ffi::reply_error(
+                    ctx,
+                    "ERR internal error in the throttle module; the call changed nothing it reported",
+                );
             }
             raw::REDISMODULE_OK as c_int
         }
@@ -361,7 +366,8 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     // caching); the module signals the keys it changes.
     unsafe {
         if let Some(set_options) = raw::RedisModule_SetModuleOptions {
-            let options = raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS | raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED;
+            let options =
+                raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS | raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED;
             set_options(ctx.ctx, options as c_int);
         }
         // Replaces the crate's default INFO handler.

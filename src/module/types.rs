@@ -168,11 +168,9 @@ unsafe extern "C" fn aof_rewrite<T: Stored>(
 ) {
     guarded_or_abort(aof, || {
         let Some(state) = value.cast::<T>().as_ref() else { return };
-        let (Some(create), Some(free), Some(emit)) = (
-            raw::RedisModule_CreateString,
-            raw::RedisModule_FreeString,
-            raw::RedisModule_EmitAOF,
-        ) else {
+        let (Some(create), Some(free), Some(emit)) =
+            (raw::RedisModule_CreateString, raw::RedisModule_FreeString, raw::RedisModule_EmitAOF)
+        else {
             return;
         };
         let mut words = Vec::new();
@@ -203,11 +201,9 @@ unsafe extern "C" fn mem_usage<T: Stored>(value: *const c_void) -> usize {
 
 unsafe extern "C" fn digest<T: Stored>(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
     guarded((), || {
-        let (Some(state), Some(add), Some(end)) = (
-            value.cast::<T>().as_ref(),
-            raw::RedisModule_DigestAddLongLong,
-            raw::RedisModule_DigestEndSequence,
-        ) else {
+        let (Some(state), Some(add), Some(end)) =
+            (value.cast::<T>().as_ref(), raw::RedisModule_DigestAddLongLong, raw::RedisModule_DigestEndSequence)
+        else {
             return;
         };
         state.encode(&mut |w| add(md, w as i64));
@@ -265,9 +261,7 @@ pub(crate) fn load_command(ctx: ffi::Ctx, argv: &[ffi::RString]) {
     let [_, key, type_name, version, words @ ..] = argv else {
         return ffi::reply_wrong_arity(ctx);
     };
-    let version = crate::args::parse_u64(ffi::bytes(*version))
-        .and_then(|v| i32::try_from(v).ok())
-        .unwrap_or(-1);
+    let version = crate::args::parse_u64(ffi::bytes(*version)).and_then(|v| i32::try_from(v).ok()).unwrap_or(-1);
     // Every word must be a number: a bad one is an error wherever it is,
     // not the end of the input (which let trailing garbage through).
     let Some(words) = words.iter().map(|w| crate::args::parse_u64(ffi::bytes(*w))).collect::<Option<Vec<u64>>>() else {

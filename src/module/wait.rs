@@ -169,8 +169,12 @@ fn block(ctx: Ctx, key: RString, algorithm: Algorithm, call: &Call, retry_after_
         let private = slot.cast::<c_void>();
         let flags = raw::REDISMODULE_BLOCK_UNBLOCK_DELETED as c_int;
         match (raw::RedisModule_BlockClientOnKeysWithFlags, raw::RedisModule_BlockClientOnKeys) {
-            (Some(block), _) => block(ctx, Some(key_ready), Some(answer_now), Some(free_slot), 0, keys.as_mut_ptr(), 1, private, flags),
-            (None, Some(block)) => block(ctx, Some(key_ready), Some(answer_now), Some(free_slot), 0, keys.as_mut_ptr(), 1, private),
+            (Some(block), _) => {
+                block(ctx, Some(key_ready), Some(answer_now), Some(free_slot), 0, keys.as_mut_ptr(), 1, private, flags)
+            }
+            (None, Some(block)) => {
+                block(ctx, Some(key_ready), Some(answer_now), Some(free_slot), 0, keys.as_mut_ptr(), 1, private)
+            }
             (None, None) => std::ptr::null_mut(),
         }
     };

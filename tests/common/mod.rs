@@ -29,7 +29,8 @@ pub fn debug_module() -> PathBuf {
         return PathBuf::from(path);
     }
     let manifest = env!("CARGO_MANIFEST_DIR");
-    let target = std::env::var("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|_| PathBuf::from(manifest).join("target"));
+    let target =
+        std::env::var("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|_| PathBuf::from(manifest).join("target"));
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let status = Command::new(cargo)
         .args(["build", "--lib", "--manifest-path"])
@@ -281,7 +282,8 @@ pub fn wait_aof_rewrite_done(c: &mut redis::Connection) {
 
 /// `DEBUG DIGEST-VALUE key`: the value's digest as hex.
 pub fn digest(c: &mut redis::Connection, key: &str) -> String {
-    let v: Vec<String> = redis::cmd("DEBUG").arg("DIGEST-VALUE").arg(key).query(c).unwrap_or_else(|e| panic!("digest {key}: {e}"));
+    let v: Vec<String> =
+        redis::cmd("DEBUG").arg("DIGEST-VALUE").arg(key).query(c).unwrap_or_else(|e| panic!("digest {key}: {e}"));
     assert_eq!(v.len(), 1, "digest {key}: {v:?}");
     v.into_iter().next().unwrap_or_default()
 }
