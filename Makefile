@@ -1,6 +1,6 @@
 # make run   build the module, start redis-server with it, show it working
 # make test  install what is missing, build, run every test on every server
-.PHONY: all deps build run demo test unit integration clippy clean servers
+.PHONY: all deps build run demo test unit integration lint fmt clippy clean servers
 
 CARGO   ?= cargo
 MODULE  := target/release/libredis_throttle.so
@@ -48,7 +48,7 @@ servers:
 # The module under test is the release build (what users load); the test
 # binaries themselves build in the faster debug profile. The unit tests run
 # once; every integration test runs on each server.
-test: build servers
+test: build servers lint
 	$(CARGO) test --all-targets
 	THROTTLE_REDIS_SERVER=$(REDIS_8) $(CARGO) test --test '*'
 	THROTTLE_REDIS_SERVER=$(VALKEY_8) $(CARGO) test --test '*'
@@ -60,6 +60,17 @@ test: build servers
 .PHONY: bench
 bench: build
 	CARGO="$(CARGO)" bench/run.sh
+
+# make lint: the formatting (rustfmt.toml) and clippy's lints, as errors;
+# make test runs it first. make fmt formats the tree.
+lint:
+	$(CARGO) fmt --check
+	cd fuzz && $(CARGO) fmt --check
+	$(CARGO) clippy --all-targets -- -D warnings
+
+fmt:
+	$(CARGO) fmt
+	cd fuzz && $(CARGO) fmt
 
 clippy:
 	$(CARGO) clippy --all-targets -- -D warnings
