@@ -4,6 +4,7 @@
 //! [`ArgError::message`] and nowhere else.
 
 use std::borrow::Cow;
+use std::collections::HashSet;
 
 use crate::limiter::{ParamError, Params, MAX_LIMIT, MAX_TIME_US};
 
@@ -220,6 +221,7 @@ pub fn parse_all(args: &[&[u8]]) -> Result<Vec<Spec>, ArgError> {
         i += 2;
     }
     let mut specs: Vec<Spec> = Vec::new();
+    let mut keys = SeenKeys::default();
     while let Some(token) = args.get(i) {
         let algorithm = algorithm_named(token).ok_or_else(|| ArgError::UnknownOption(printable(token)))?;
         // The spec ends where the next algorithm name starts (after this
@@ -235,8 +237,8 @@ pub fn parse_all(args: &[&[u8]]) -> Result<Vec<Spec>, ArgError> {
         if timed {
             return Err(ArgError::OptionInSpec);
         }
-        let key = args.get(i + 1);
-        if specs.iter().any(|s| args.get(s.key_index) == key) {
+        let key = args.get(i + 1).copied().ok_or(ArgError::WrongArity)?;
+        if !keys.insert(key, &specs, args) {
             return Err(ArgError::RepeatedKey);
         }
         specs.push(Spec {
@@ -250,6 +252,36 @@ pub fn parse_all(args: &[&[u8]]) -> Result<Vec<Spec>, ArgError> {
         return Err(ArgError::NoSpec);
     }
     Ok(specs)
+}
+
+/// The keys of the specs parsed so far, to refuse a key named twice in
+/// O(1) per spec: a scan of the specs while they are few (no allocation
+/// for the usual two or three), a hash set once they are more, so a call
+/// with N specs costs O(N), not O(N²).
+#[derive(Default)]
+struct SeenKeys<'a> {
+    index: Option<HashSet<&'a [u8]>>,
+}
+
+impl<'a> SeenKeys<'a> {
+    /// Up to this many specs a scan is cheaper than hashing.
+    const SCANNED: usize = 8;
+
+    /// Adds `key`, the key of the spec after `specs`; false if one of
+    /// them named it already.
+    fn insert(&mut self, key: &'a [u8], specs: &[Spec], args: &[&'a [u8]]) -> bool {
+        if let Some(index) = &mut self.index {
+            return index.insert(key);
+        }
+        let named = |spec: &Spec| args.get(spec.key_index).copied();
+        if specs.iter().any(|spec| named(spec) == Some(key)) {
+            return false;
+        }
+        if specs.len() >= Self::SCANNED {
+            self.index = Some(specs.iter().filter_map(named).chain([key]).collect());
+        }
+        true
+    }
 }
 
 fn algorithm_named(token: &[u8]) -> Option<Algorithm> {
@@ -544,6 +576,33 @@ mod tests {
             assert_eq!(parse_all(&args).as_ref(), Err(want), "{line}");
         }
         assert_eq!(printable(&[b'x'; 70]).len(), 67);
+    }
+
+    /// A repeated key is found wherever it is, among few specs (scanned)
+    /// or many (hashed); tens of thousands of distinct keys parse.
+    #[test]
+    fn all_refuses_a_repeated_key_among_any_number_of_specs() {
+        let line = |keys: &[String]| {
+            let mut line = String::from("THROTTLE.ALL");
+            for key in keys {
+                line.push_str(&format!(" FIXED {key} 10 1s"));
+            }
+            line
+        };
+        let parse = |line: &str| parse_all(&line.split(' ').map(str::as_bytes).collect::<Vec<_>>()).map(|s| s.len());
+        for n in [2, 7, 8, 9, 10, 100] {
+            let keys: Vec<String> = (0..n).map(|i| format!("k{i}")).collect();
+            assert_eq!(parse(&line(&keys)), Ok(n), "{n} distinct keys");
+            for first in 0..n {
+                for second in [first + 1, n] {
+                    let mut keys = keys.clone();
+                    keys.insert(second, keys[first].clone());
+                    assert_eq!(parse(&line(&keys)), Err(ArgError::RepeatedKey), "{n} keys, k{first} again at {second}");
+                }
+            }
+        }
+        let keys: Vec<String> = (0..40_000).map(|i| format!("{{user}}:{i}")).collect();
+        assert_eq!(parse(&line(&keys)), Ok(40_000));
     }
 
     #[test]
