@@ -1,5 +1,5 @@
 use super::pack::{Packer, Unpacker};
-use super::{ceil_div, ms_ceil, retry_ms, Decision, Limiter, Params, NEVER};
+use super::{ceil_div, retry_ms, until_idle, Decision, Limiter, Params, NEVER};
 
 /// What the token and leaky buckets share: a level that falls at `limit`
 /// units per `period`, capped at `burst` units.
@@ -154,12 +154,14 @@ impl Bucket {
                 burst: params.burst(),
             };
         }
+        let (reset_after_ms, reset_after_us) = until_idle(ceil_div(level_after, limit));
         Decision {
             allowed,
             limit: params.burst(),
             remaining: ((capacity - level_after) / period) as u64,
             retry_after_ms,
-            reset_after_ms: ms_ceil(ceil_div(level_after, limit)),
+            reset_after_ms,
+            reset_after_us,
         }
     }
 
@@ -181,12 +183,14 @@ impl Bucket {
         };
         let limit = u128::from(params.limit());
         let capacity = u128::from(params.burst()) * period;
+        let (reset_after_ms, reset_after_us) = until_idle(ceil_div(level, limit));
         Decision {
             allowed: true,
             limit: params.burst(),
             remaining: ((capacity - level) / period) as u64,
             retry_after_ms: 0,
-            reset_after_ms: ms_ceil(ceil_div(level, limit)),
+            reset_after_ms,
+            reset_after_us,
         }
     }
 

@@ -1,4 +1,4 @@
-use super::{ms_ceil, Decision, Limiter, Params, NEVER};
+use super::{until_idle, Decision, Limiter, Params, NEVER};
 
 /// Fixed window counter with Laravel's DurationLimiter semantics: a window
 /// of one `period` opens at the first admitted call when none is open, and
@@ -35,14 +35,22 @@ impl Limiter for FixedWindow {
         if allowed && cost > 0 {
             *self = FixedWindow { window_start_us: start, count: used_after };
         }
-        let reset_after_ms = if used_after > 0 { ms_ceil(u128::from(start + period - now)) } else { 0 };
+        let (reset_after_ms, reset_after_us) =
+            until_idle(if used_after > 0 { u128::from(start + period - now) } else { 0 });
         let retry_after_ms = match (allowed, cost > limit) {
             (true, _) => 0,
             (false, true) => NEVER,
             // The next window opens when this one ends.
             (false, false) => reset_after_ms as i64,
         };
-        Decision { allowed, limit, remaining: limit.saturating_sub(used_after), retry_after_ms, reset_after_ms }
+        Decision {
+            allowed,
+            limit,
+            remaining: limit.saturating_sub(used_after),
+            retry_after_ms,
+            reset_after_ms,
+            reset_after_us,
+        }
     }
 
     fn refund(&mut self, params: &Params, units: u64, now_us: u64) -> Decision {
@@ -55,13 +63,15 @@ impl Limiter for FixedWindow {
         } else {
             FixedWindow { window_start_us: start, count: used_after }
         };
-        let reset_after_ms = if used_after > 0 { ms_ceil(u128::from(start + period - now)) } else { 0 };
+        let (reset_after_ms, reset_after_us) =
+            until_idle(if used_after > 0 { u128::from(start + period - now) } else { 0 });
         Decision {
             allowed: true,
             limit: params.limit(),
             remaining: params.limit().saturating_sub(used_after),
             retry_after_ms: 0,
             reset_after_ms,
+            reset_after_us,
         }
     }
 }

@@ -106,6 +106,9 @@ pub struct Decision {
     pub retry_after_ms: i64,
     /// Milliseconds until the key is idle again, rounded up; 0 if it is.
     pub reset_after_ms: u64,
+    /// The same in exact microseconds: the key's expiry instant is computed
+    /// from it, so that every call of one window names the same instant.
+    pub reset_after_us: u64,
 }
 
 /// One algorithm's state for one key.
@@ -135,6 +138,12 @@ pub(crate) fn ceil_div(numerator: u128, denominator: u128) -> u128 {
 /// above keep every real value far below `i64::MAX`).
 pub(crate) fn ms_ceil(us: u128) -> u64 {
     u64::try_from(us.div_ceil(1_000)).unwrap_or(u64::MAX)
+}
+
+/// `reset_after` from its exact value in µs: as the reply rounds it (up,
+/// in ms), and exact.
+pub(crate) fn until_idle(us: u128) -> (u64, u64) {
+    (ms_ceil(us), u64::try_from(us).unwrap_or(u64::MAX))
 }
 
 pub(crate) fn retry_ms(us: u128) -> i64 {

@@ -211,6 +211,7 @@ fn check_call<A: Algo>(
     prop_assert_eq!(d.limit, cap, "reply limit: {}", ctx);
     prop_assert!(d.remaining <= cap, "remaining above limit: {}", ctx);
     prop_assert!(d.reset_after_ms <= MAX_WAIT_MS, "reset_after out of range: {}", ctx);
+    prop_assert_eq!(d.reset_after_ms, ceil_ms(u128::from(d.reset_after_us)), "reset_after in ms and µs: {}", ctx);
     prop_assert!(
         d.retry_after_ms == NEVER || (0..=MAX_WAIT_MS as i64).contains(&d.retry_after_ms),
         "retry_after out of range: {}",
@@ -407,13 +408,21 @@ fn fixed_model(p: &Params, events: &[Event]) -> Result<(), TestCaseError> {
             used += e.cost;
             window = (start, used);
         }
-        let reset = if used > 0 { ceil_ms(u128::from(start + period - e.now)) } else { 0 };
+        let reset_us = if used > 0 { start + period - e.now } else { 0 };
+        let reset = ceil_ms(u128::from(reset_us));
         let retry = match (allowed, e.cost > limit) {
             (true, _) => 0,
             (false, true) => NEVER,
             (false, false) => reset as i64,
         };
-        let want = Decision { allowed, limit, remaining: limit - used, retry_after_ms: retry, reset_after_ms: reset };
+        let want = Decision {
+            allowed,
+            limit,
+            remaining: limit - used,
+            retry_after_ms: retry,
+            reset_after_ms: reset,
+            reset_after_us: reset_us,
+        };
         prop_assert_eq!(e.d, want, "FIXED model, step {}: {:?}", i, e);
         prop_assert!(used <= limit, "FIXED: more than limit in one window at step {}", i);
     }
@@ -437,10 +446,11 @@ fn log_model(p: &Params, events: &[Event]) -> Result<(), TestCaseError> {
         let allowed = used + e.cost <= limit;
         let used_after = if allowed { used + e.cost } else { used };
         let newest = if allowed && e.cost > 0 { Some(e.now) } else { live.last().map(|x| x.0) };
-        let reset = match newest {
-            Some(at) if used_after > 0 => ceil_ms(u128::from(at + period - e.now)),
+        let reset_us = match newest {
+            Some(at) if used_after > 0 => at + period - e.now,
             _ => 0,
         };
+        let reset = ceil_ms(u128::from(reset_us));
         let retry = if allowed {
             0
         } else if e.cost > limit {
@@ -460,8 +470,14 @@ fn log_model(p: &Params, events: &[Event]) -> Result<(), TestCaseError> {
             prop_assert!(wait.is_some(), "model: nothing frees enough at step {}", i);
             ceil_ms(u128::from(wait.unwrap_or(0))) as i64
         };
-        let want =
-            Decision { allowed, limit, remaining: limit - used_after, retry_after_ms: retry, reset_after_ms: reset };
+        let want = Decision {
+            allowed,
+            limit,
+            remaining: limit - used_after,
+            retry_after_ms: retry,
+            reset_after_ms: reset,
+            reset_after_us: reset_us,
+        };
         prop_assert_eq!(e.d, want, "SLIDING EXACT model, step {}: {:?}", i, e);
     }
     let most = max_in_any_period(events, period);
@@ -496,6 +512,7 @@ fn sliding_model(p: &Params, events: &[Event]) -> Result<(), TestCaseError> {
         let remaining = (l * pp).saturating_sub(weighted(current_after)) / pp;
         prop_assert_eq!(u128::from(e.d.remaining), remaining, "SLIDING remaining, step {}: {:?}", i, e);
         prop_assert_eq!(e.d.reset_after_ms, ceil_ms(reset_us), "SLIDING reset, step {}: {:?}", i, e);
+        prop_assert_eq!(u128::from(e.d.reset_after_us), reset_us, "SLIDING reset in µs, step {}: {:?}", i, e);
         prop_assert!(current_after <= l, "SLIDING: more than limit in one aligned window at step {}", i);
     }
     // In any (t - period, t]: at most limit plus the previous aligned
@@ -548,6 +565,7 @@ fn bucket_model(p: &Params, events: &[Event], leaky: bool) -> Result<(), TestCas
             remaining: (room_after / pp) as u64,
             retry_after_ms: retry,
             reset_after_ms: ceil_ms(busy_after.div_ceil(l)),
+            reset_after_us: busy_after.div_ceil(l) as u64,
         };
         prop_assert_eq!(e.d, want, "{} model, step {}: {:?}", name, i, e);
         if allowed && e.cost > 0 {

@@ -1,5 +1,5 @@
 use super::pack::{Packer, Unpacker};
-use super::{ms_ceil, Decision, Limiter, Params, NEVER};
+use super::{until_idle, Decision, Limiter, Params, NEVER};
 
 /// Sliding window counter: windows of one `period` aligned on the Unix
 /// epoch; the previous window's count is weighted by its overlap with the
@@ -138,12 +138,14 @@ impl View {
         } else {
             0
         };
+        let (reset_after_ms, reset_after_us) = until_idle(u128::from(reset_after_us));
         Decision {
             allowed,
             limit,
             remaining: (capacity.saturating_sub(self.weighted(period)) / u128::from(period)) as u64,
             retry_after_ms,
-            reset_after_ms: ms_ceil(u128::from(reset_after_us)),
+            reset_after_ms,
+            reset_after_us,
         }
     }
 
@@ -212,7 +214,8 @@ impl Counts {
         }
         let mut decision = view.decision(allowed, limit, period, retry_after_ms);
         if let (false, Some((old, old_period))) = (allowed && cost > 0, &stored) {
-            decision.reset_after_ms = old.decision(allowed, limit, *old_period, 0).reset_after_ms;
+            let idle = old.decision(allowed, limit, *old_period, 0);
+            (decision.reset_after_ms, decision.reset_after_us) = (idle.reset_after_ms, idle.reset_after_us);
         }
         decision
     }

@@ -1,6 +1,6 @@
 use std::collections::VecDeque;
 
-use super::{ms_ceil, Decision, Limiter, Params, NEVER};
+use super::{until_idle, Decision, Limiter, Params, NEVER};
 
 /// Sliding log: the exact admitted units of the last `period`. In every
 /// interval of one `period`, at most `limit` units are admitted.
@@ -251,11 +251,12 @@ impl SlidingLog {
     }
 }
 
-/// Until the log is empty again: one period after its newest entry.
-fn reset_after_ms(newest_at_us: Option<u64>, used: u64, period: u64, now: u64) -> u64 {
+/// Until the log is empty again: one period after its newest entry, in
+/// ms (rounded up) and µs.
+fn reset_after(newest_at_us: Option<u64>, used: u64, period: u64, now: u64) -> (u64, u64) {
     match newest_at_us {
-        Some(at_us) if used > 0 => ms_ceil(u128::from(at_us + period - now)),
-        _ => 0,
+        Some(at_us) if used > 0 => until_idle(u128::from(at_us + period - now)),
+        _ => (0, 0),
     }
 }
 
@@ -287,8 +288,15 @@ impl Limiter for SlidingLog {
         };
         let (used_after, newest_at) =
             if allowed && cost > 0 { (used + cost, Some(now)) } else { (used, self.newest().map(|e| e.at_us)) };
-        let reset_after_ms = reset_after_ms(newest_at, used_after, period, now);
-        Decision { allowed, limit, remaining: limit.saturating_sub(used_after), retry_after_ms, reset_after_ms }
+        let (reset_after_ms, reset_after_us) = reset_after(newest_at, used_after, period, now);
+        Decision {
+            allowed,
+            limit,
+            remaining: limit.saturating_sub(used_after),
+            retry_after_ms,
+            reset_after_ms,
+            reset_after_us,
+        }
     }
 
     /// Removes the newest units first: a refund returns what was reserved
@@ -312,9 +320,16 @@ impl Limiter for SlidingLog {
             self.updated_at_us = now;
         }
         self.release_spare_capacity();
-        let reset_after_ms = reset_after_ms(self.newest().map(|e| e.at_us), self.used, period, now);
+        let (reset_after_ms, reset_after_us) = reset_after(self.newest().map(|e| e.at_us), self.used, period, now);
         let limit = params.limit();
-        Decision { allowed: true, limit, remaining: limit.saturating_sub(self.used), retry_after_ms: 0, reset_after_ms }
+        Decision {
+            allowed: true,
+            limit,
+            remaining: limit.saturating_sub(self.used),
+            retry_after_ms: 0,
+            reset_after_ms,
+            reset_after_us,
+        }
     }
 }
 
