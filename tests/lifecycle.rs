@@ -191,6 +191,68 @@ fn a_waiter_is_not_served_where_a_command_could_not_write() {
     }
 }
 
+/// Over `maxmemory`, a waiter whose turn comes is served wherever a command
+/// issued then would run. Redis evicts before it runs a command and refuses
+/// it only where eviction cannot help: with `noeviction`, or with no key
+/// the policy may evict (none with a TTL for `volatile-*`). Memory is taken
+/// past the limit by one large write, after which no command runs until the
+/// waiter's turn: nothing evicts in between.
+#[test]
+fn a_waiter_over_maxmemory_is_served_where_eviction_would_make_room() {
+    // (policy, the limiter's key loses its TTL, served)
+    let cases = [
+        ("allkeys-lfu", false, true),
+        ("volatile-lru", false, true),
+        ("noeviction", false, false),
+        ("volatile-lru", true, false),
+    ];
+    for (policy, persist, served) in cases {
+        let server = Server::start_with(&["--maxmemory-policy", policy]);
+        let mut c = open(&server.url());
+        for i in 0..200 {
+            let _: () = call(&mut c, &format!("SET filler:{i} {}", "x".repeat(1000))).expect("SET");
+        }
+        let line = "THROTTLE.FIXED hot 1 1s";
+        assert_eq!(throttle(&mut c, line).0, 1);
+        let waiter = Waiter::queued(&server.url(), &mut c, &format!("{line} BLOCK 20000"), 1);
+        if persist {
+            let _: i64 = call(&mut c, "PERSIST hot").expect("PERSIST");
+        }
+        let used = info_number(&mut c, "memory", "used_memory");
+        let _: () = call(&mut c, &format!("CONFIG SET maxmemory {}", used + 100_000)).expect("CONFIG SET");
+        let _: i64 = call(&mut c, "SETRANGE big 500000 x").expect("SETRANGE");
+        let result = waiter.result().0;
+        // This is the first command since the large write: Redis evicts
+        // before it runs it, so memory was over the limit until now.
+        let evicted = info_number(&mut c, "stats", "evicted_keys");
+        let _: () = call(&mut c, "CONFIG SET maxmemory 0").expect("CONFIG SET");
+        match result {
+            Ok(v) => assert!(served && v == [1, 1, 0, 0, 1000], "{policy}, PERSIST {persist}: {v:?}"),
+            Err(e) => assert!(!served && e.code() == Some("OOM"), "{policy}, PERSIST {persist}: {e}"),
+        }
+        assert_eq!(evicted > 0, served, "{policy}, PERSIST {persist}: {evicted} keys evicted");
+        assert_eq!(waiting(&mut c), 0);
+    }
+}
+
+/// On a writable replica (`replica-read-only no`) a waiter is served as the
+/// same call without `BLOCK` is; where the replica is read-only, Redis
+/// refuses the call itself.
+#[test]
+fn a_waiter_on_a_writable_replica_is_served_as_a_command_is() {
+    let (_master, replica) = master_and_replica();
+    let mut r = open(&replica.url());
+    let line = "THROTTLE.FIXED w 1 500ms";
+    let e = error(&mut r, line);
+    assert!(e.starts_with("READONLY"), "a read-only replica: {e}");
+    let _: () = call(&mut r, "CONFIG SET replica-read-only no").expect("CONFIG SET");
+    assert_eq!(throttle(&mut r, line).0, 1);
+    let waiter = Waiter::queued(&replica.url(), &mut r, &format!("{line} BLOCK 20000"), 1);
+    let (got, _) = waiter.reply();
+    assert_eq!(got, (1, 1, 0, 0, 500));
+    assert_eq!(waiting(&mut r), 0);
+}
+
 struct Cluster {
     nodes: [Server; 2],
     ids: [String; 2],
