@@ -44,10 +44,22 @@ pub struct Call {
     pub exact: bool,
     /// `BLOCK ms`: wait up to this long (0: no limit) for admission.
     pub block_ms: Option<u64>,
-    /// `TTLFROM ms`, internal to the propagated form: the master's clock
-    /// (Unix ms) when it ran the call, so a replica or an AOF replay sets
-    /// the key's expiry to the same instant, however late it applies it.
-    pub ttl_from_ms: Option<u64>,
+    /// `TTLFROMUS µs` (or, from earlier versions, `TTLFROM ms`), internal
+    /// to the propagated form: the master's clock when it ran the call, so
+    /// a replica or an AOF replay sets the key's expiry to the master's
+    /// instant, however late it applies it.
+    pub ttl_from: Option<TtlFrom>,
+}
+
+/// The master's clock a replayed call's expiry counts from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TtlFrom {
+    /// Unix µs: the key expires at `(µs + reset_after in µs) / 1000` ms,
+    /// the instant the master set.
+    Us(u64),
+    /// Unix ms, as versions before `TTLFROMUS` sent it (AOF files written
+    /// then): the key expires `reset_after` ms after it.
+    Ms(u64),
 }
 
 /// Longest `BLOCK` time: 3650 days in milliseconds.
@@ -82,6 +94,7 @@ pub enum ArgError {
     RepeatedKey,
     OptionInSpec,
     TtlFrom,
+    TtlFromUs,
     InternalOption,
     PackedCall,
 }
@@ -118,7 +131,12 @@ impl ArgError {
             ArgError::TtlFrom => "ERR invalid TTLFROM: expected Unix time in milliseconds, an integer \
                 from 0 to 10000000000000"
                 .into(),
-            ArgError::InternalOption => "ERR option TTLFROM is only for replication and AOF replay".into(),
+            ArgError::TtlFromUs => "ERR invalid TTLFROMUS: expected Unix time in microseconds, an integer \
+                from 0 to 10000000000000000"
+                .into(),
+            ArgError::InternalOption => {
+                "ERR options TTLFROM and TTLFROMUS are only for replication and AOF replay".into()
+            }
             ArgError::PackedCall => "ERR invalid call: expected a packed THROTTLE call".into(),
             ArgError::OptionInSpec => "ERR THROTTLE.ALL takes COST and AT before its specs, and no BLOCK".into(),
             ArgError::RepeatedKey => "ERR THROTTLE.ALL names the same key more than once".into(),
@@ -159,7 +177,7 @@ fn parse_call_options<'a>(
     let mut burst = None;
     let mut exact = false;
     let mut block_ms = None;
-    let mut ttl_from_ms = None;
+    let mut ttl_from = None;
     while let Some(token) = args.next() {
         if token.eq_ignore_ascii_case(b"COST") {
             let value = option_value(&mut args, "COST", cost.is_some())?;
@@ -167,9 +185,8 @@ fn parse_call_options<'a>(
         } else if token.eq_ignore_ascii_case(b"AT") {
             let value = option_value(&mut args, "AT", at_us.is_some())?;
             at_us = Some(parse_at(value)?);
-        } else if token.eq_ignore_ascii_case(b"TTLFROM") {
-            let value = option_value(&mut args, "TTLFROM", ttl_from_ms.is_some())?;
-            ttl_from_ms = Some(parse_u64(value).ok_or(ArgError::TtlFrom).and_then(checked_ttl_from)?);
+        } else if let Some(parse) = ttl_from_option(token) {
+            ttl_from = Some(parse(option_value(&mut args, "TTLFROM", ttl_from.is_some())?)?);
         } else if token.eq_ignore_ascii_case(b"BLOCK") {
             let value = option_value(&mut args, "BLOCK", block_ms.is_some())?;
             block_ms = Some(parse_u64(value).filter(|&ms| ms <= MAX_BLOCK_MS).ok_or(ArgError::Block)?);
@@ -192,8 +209,8 @@ fn parse_call_options<'a>(
         }
     }
     let params = Params::new(limit, period_us, burst)?;
-    let timed = cost.is_some() || at_us.is_some() || block_ms.is_some() || ttl_from_ms.is_some();
-    Ok((Call { params, cost: cost.unwrap_or(1), at_us, exact, block_ms, ttl_from_ms }, timed))
+    let timed = cost.is_some() || at_us.is_some() || block_ms.is_some() || ttl_from.is_some();
+    Ok((Call { params, cost: cost.unwrap_or(1), at_us, exact, block_ms, ttl_from }, timed))
 }
 
 /// Parses `THROTTLE.ALL [COST n] [AT µs] spec [spec ...]`, `args` being
@@ -202,7 +219,7 @@ fn parse_call_options<'a>(
 pub fn parse_all(args: &[&[u8]]) -> Result<Vec<Spec>, ArgError> {
     let mut cost = None;
     let mut at_us = None;
-    let mut ttl_from_ms = None;
+    let mut ttl_from = None;
     let mut i = 1;
     while let Some(token) = args.get(i) {
         let mut rest = args.get(i + 1..).unwrap_or_default().iter().copied();
@@ -212,9 +229,8 @@ pub fn parse_all(args: &[&[u8]]) -> Result<Vec<Spec>, ArgError> {
         } else if token.eq_ignore_ascii_case(b"AT") {
             let value = option_value(&mut rest, "AT", at_us.is_some())?;
             at_us = Some(parse_at(value)?);
-        } else if token.eq_ignore_ascii_case(b"TTLFROM") {
-            let value = option_value(&mut rest, "TTLFROM", ttl_from_ms.is_some())?;
-            ttl_from_ms = Some(parse_u64(value).ok_or(ArgError::TtlFrom).and_then(checked_ttl_from)?);
+        } else if let Some(parse) = ttl_from_option(token) {
+            ttl_from = Some(parse(option_value(&mut rest, "TTLFROM", ttl_from.is_some())?)?);
         } else {
             break;
         }
@@ -244,7 +260,7 @@ pub fn parse_all(args: &[&[u8]]) -> Result<Vec<Spec>, ArgError> {
         specs.push(Spec {
             algorithm,
             key_index: i + 1,
-            call: Call { cost: cost.unwrap_or(1), at_us, ttl_from_ms, ..call },
+            call: Call { cost: cost.unwrap_or(1), at_us, ttl_from, ..call },
         });
         i = end;
     }
@@ -341,12 +357,25 @@ fn checked_at(at_us: u64) -> Result<u64, ArgError> {
     }
 }
 
-/// `TTLFROM` within its bounds: the latest `AT`, in ms.
-fn checked_ttl_from(ttl_from_ms: u64) -> Result<u64, ArgError> {
-    if ttl_from_ms <= MAX_TIME_US / 1000 {
-        Ok(ttl_from_ms)
+/// `TTLFROMUS` and `TTLFROM` within their bounds: the latest `AT`.
+fn checked_ttl_from(ttl_from: TtlFrom) -> Result<TtlFrom, ArgError> {
+    match ttl_from {
+        TtlFrom::Us(us) if us <= MAX_TIME_US => Ok(ttl_from),
+        TtlFrom::Ms(ms) if ms <= MAX_TIME_US / 1000 => Ok(ttl_from),
+        TtlFrom::Us(_) => Err(ArgError::TtlFromUs),
+        TtlFrom::Ms(_) => Err(ArgError::TtlFrom),
+    }
+}
+
+/// The parser of `TTLFROMUS`'s or `TTLFROM`'s value when `token` names
+/// either (they are one option: at most one of them per call).
+fn ttl_from_option(token: &[u8]) -> Option<fn(&[u8]) -> Result<TtlFrom, ArgError>> {
+    if token.eq_ignore_ascii_case(b"TTLFROMUS") {
+        Some(|value| parse_u64(value).map(TtlFrom::Us).ok_or(ArgError::TtlFromUs).and_then(checked_ttl_from))
+    } else if token.eq_ignore_ascii_case(b"TTLFROM") {
+        Some(|value| parse_u64(value).map(TtlFrom::Ms).ok_or(ArgError::TtlFrom).and_then(checked_ttl_from))
     } else {
-        Err(ArgError::TtlFrom)
+        None
     }
 }
 
@@ -384,14 +413,22 @@ pub struct PackedCall {
 }
 
 impl PackedCall {
-    const VERSION: u8 = 1;
+    /// The master's clock in µs ([`TtlFrom::Us`]).
+    const VERSION: u8 = 2;
+    /// The master's clock in ms ([`TtlFrom::Ms`]), as earlier versions
+    /// packed it: replicas still run the calls of AOF files written then.
+    const VERSION_MS: u8 = 1;
     /// Version, algorithm, then limit, period (µs), burst, cost, time (µs)
-    /// and the master's clock (ms), each a little-endian word.
+    /// and the master's clock, each a little-endian word.
     const LEN: usize = 2 + 8 * 6;
 
-    pub fn new(algorithm: Algorithm, call: &Call, now_us: u64, ttl_from_ms: u64) -> PackedCall {
+    pub fn new(algorithm: Algorithm, call: &Call, now_us: u64, ttl_from: TtlFrom) -> PackedCall {
         let mut bytes = [0; PackedCall::LEN];
-        bytes[0] = PackedCall::VERSION;
+        let (version, clock) = match ttl_from {
+            TtlFrom::Us(us) => (PackedCall::VERSION, us),
+            TtlFrom::Ms(ms) => (PackedCall::VERSION_MS, ms),
+        };
+        bytes[0] = version;
         bytes[1] = match (algorithm, call.exact) {
             (Algorithm::Fixed, _) => b'f',
             (Algorithm::Sliding, false) => b's',
@@ -400,7 +437,7 @@ impl PackedCall {
             (Algorithm::Leaky, _) => b'l',
         };
         let p = &call.params;
-        let words = [p.limit(), p.period_us(), p.burst(), call.cost as u64, now_us, ttl_from_ms];
+        let words = [p.limit(), p.period_us(), p.burst(), call.cost as u64, now_us, clock];
         for (slot, word) in bytes[2..].chunks_exact_mut(8).zip(words) {
             slot.copy_from_slice(&word.to_le_bytes());
         }
@@ -416,7 +453,12 @@ impl PackedCall {
     pub fn unpack(bytes: &[u8]) -> Result<(Algorithm, Call), ArgError> {
         let bad = || ArgError::PackedCall;
         let [version, kind, words @ ..] = bytes else { return Err(bad()) };
-        if *version != PackedCall::VERSION || words.len() != 8 * 6 {
+        let clock_in = match *version {
+            PackedCall::VERSION => TtlFrom::Us,
+            PackedCall::VERSION_MS => TtlFrom::Ms,
+            _ => return Err(bad()),
+        };
+        if words.len() != 8 * 6 {
             return Err(bad());
         }
         let (algorithm, exact) = match kind {
@@ -429,14 +471,14 @@ impl PackedCall {
         };
         let mut word = words.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()));
         let mut next = || word.next().ok_or_else(bad);
-        let (limit, period_us, burst, cost, at_us, ttl_from_ms) =
+        let (limit, period_us, burst, cost, at_us, clock) =
             (next()?, next()?, next()?, next()? as i64, next()?, next()?);
         let params = Params::new(limit, period_us, algorithm.is_bucket().then_some(burst))?;
         if params.burst() != burst {
             return Err(bad());
         }
-        let (cost, at_us, ttl_from_ms) = (checked_cost(cost)?, checked_at(at_us)?, checked_ttl_from(ttl_from_ms)?);
-        let call = Call { params, cost, at_us: Some(at_us), exact, block_ms: None, ttl_from_ms: Some(ttl_from_ms) };
+        let (cost, at_us, ttl_from) = (checked_cost(cost)?, checked_at(at_us)?, checked_ttl_from(clock_in(clock))?);
+        let call = Call { params, cost, at_us: Some(at_us), exact, block_ms: None, ttl_from: Some(ttl_from) };
         Ok((algorithm, call))
     }
 }
@@ -496,8 +538,12 @@ mod tests {
         let c = parse(Algorithm::Fixed, "20 1 COST -5 block 0").unwrap();
         assert_eq!((c.cost, c.block_ms), (-5, Some(0)));
         let c = parse(Algorithm::Fixed, "20 1 TTLFROM 1700000000000").unwrap();
-        assert_eq!(c.ttl_from_ms, Some(1_700_000_000_000));
+        assert_eq!(c.ttl_from, Some(TtlFrom::Ms(1_700_000_000_000)));
         assert_eq!(parse(Algorithm::Fixed, "20 1 TTLFROM 10000000000001"), Err(ArgError::TtlFrom));
+        let c = parse(Algorithm::Fixed, "20 1 ttlfromus 1700000000000123").unwrap();
+        assert_eq!(c.ttl_from, Some(TtlFrom::Us(1_700_000_000_000_123)));
+        assert_eq!(parse(Algorithm::Fixed, "20 1 TTLFROMUS 10000000000000001"), Err(ArgError::TtlFromUs));
+        assert_eq!(parse(Algorithm::Fixed, "20 1 TTLFROMUS 1 TTLFROM 1"), Err(ArgError::Repeated("TTLFROM")));
         assert_eq!(parse_i64(b"-0"), Some(0));
         assert_eq!(parse_i64(b"-9223372036854775808"), Some(i64::MIN));
         assert_eq!(parse_i64(b"9223372036854775808"), None);
@@ -616,12 +662,14 @@ mod tests {
         ];
         for &(algorithm, line) in lines {
             let call = parse(algorithm, line).unwrap();
-            let packed = PackedCall::new(algorithm, &call, MAX_TIME_US, MAX_TIME_US / 1000);
-            let sent = Call { at_us: Some(MAX_TIME_US), ttl_from_ms: Some(MAX_TIME_US / 1000), ..call };
-            assert_eq!(PackedCall::unpack(packed.bytes()), Ok((algorithm, sent)), "{line}");
+            for ttl_from in [TtlFrom::Us(MAX_TIME_US), TtlFrom::Ms(MAX_TIME_US / 1000)] {
+                let packed = PackedCall::new(algorithm, &call, MAX_TIME_US, ttl_from);
+                let sent = Call { at_us: Some(MAX_TIME_US), ttl_from: Some(ttl_from), ..call };
+                assert_eq!(PackedCall::unpack(packed.bytes()), Ok((algorithm, sent)), "{line}");
+            }
         }
         let call = parse(Algorithm::Fixed, "10 1s").unwrap();
-        let good = PackedCall::new(Algorithm::Fixed, &call, 5, 6).bytes().to_vec();
+        let good = PackedCall::new(Algorithm::Fixed, &call, 5, TtlFrom::Us(6)).bytes().to_vec();
         let with = |at: usize, bytes: &[u8]| {
             let mut b = good.clone();
             b[at..at + bytes.len()].copy_from_slice(bytes);
@@ -631,7 +679,8 @@ mod tests {
             (vec![], ArgError::PackedCall),
             (good[..good.len() - 1].to_vec(), ArgError::PackedCall),
             ([&good[..], &[0]].concat(), ArgError::PackedCall),
-            (with(0, &[2]), ArgError::PackedCall),
+            (with(0, &[3]), ArgError::PackedCall),
+            (with(0, &[0]), ArgError::PackedCall),
             (with(1, b"x"), ArgError::PackedCall),
             (with(2, &0u64.to_le_bytes()), ArgError::Limit),
             (with(10, &1_500u64.to_le_bytes()), ArgError::Period),
@@ -639,7 +688,8 @@ mod tests {
             (with(18, &11u64.to_le_bytes()), ArgError::PackedCall),
             (with(26, &(-(MAX_LIMIT as i64) - 1).to_le_bytes()), ArgError::Cost),
             (with(34, &(MAX_TIME_US + 1).to_le_bytes()), ArgError::At),
-            (with(42, &u64::MAX.to_le_bytes()), ArgError::TtlFrom),
+            (with(42, &(MAX_TIME_US + 1).to_le_bytes()), ArgError::TtlFromUs),
+            ([&[1][..], &with(42, &(MAX_TIME_US / 1000 + 1).to_le_bytes())[1..]].concat(), ArgError::TtlFrom),
         ];
         for (bytes, want) in bad {
             assert_eq!(PackedCall::unpack(bytes).as_ref().map(|_| ()), Err(want), "{bytes:?}");

@@ -132,3 +132,62 @@ fn workload_then_compare(max_lag_ms: i64) {
     }
     assert!(worst_ms <= max_lag_ms, "PTTLs on the replica are up to {worst_ms} ms longer than on the master");
 }
+
+/// `PEXPIRETIME` of every key, by name.
+fn expiry_instants(c: &mut redis::Connection) -> Vec<(String, i64)> {
+    let mut keys: Vec<String> = common::call(c, "KEYS *").expect("KEYS");
+    keys.sort();
+    keys.into_iter()
+        .map(|k| {
+            let at = common::call(c, &format!("PEXPIRETIME {k}")).expect("PEXPIRETIME");
+            (k, at)
+        })
+        .collect()
+}
+
+/// A replica's key expires at the very instant the master's does, on every
+/// server, for every way a change is made: the master sets the instant it
+/// sends (never a TTL it rounds again), and every call of one window names
+/// the same one, the window's end rounded down to the ms (Redis keeps a
+/// key through the ms its expiry names).
+#[test]
+fn a_replicated_key_expires_at_the_masters_instant() {
+    let (master, replica) = common::master_and_replica();
+    let mut m = common::open(&master.url());
+    let mut r = common::open(&replica.url());
+    let lines = [
+        "THROTTLE.FIXED k{i} 1000 60s",
+        "THROTTLE.SLIDING s{i} 1000 60s",
+        "THROTTLE.SLIDING e{i} 1000 60s EXACT",
+        "THROTTLE.TOKEN t{i} 1000 60s",
+        "THROTTLE.LEAKY l{i} 1000 60s",
+        "CL.THROTTLE c{i} 999 1000 60",
+        "THROTTLE.ALL FIXED {a{i}}f 1000 60s LEAKY {a{i}}l 1000 60s",
+    ];
+    for i in 0..300 {
+        for line in lines {
+            let line = line.replace("{i}", &(i % 20).to_string());
+            let _: redis::Value = common::call(&mut m, &line).unwrap_or_else(|e| panic!("{line}: {e}"));
+        }
+    }
+    // A refund through every path too.
+    for line in ["THROTTLE.FIXED k0 1000 60s COST -1", "THROTTLE.ALL COST -1 FIXED {a1}f 1000 60s LEAKY {a1}l 1000 60s"]
+    {
+        let _: redis::Value = common::call(&mut m, line).unwrap_or_else(|e| panic!("{line}: {e}"));
+    }
+    common::sync(&mut m);
+    same_values_on_replica(&mut m, &mut r);
+    let (on_master, on_replica) = (expiry_instants(&mut m), expiry_instants(&mut r));
+    assert_eq!(on_master.len(), 160, "{on_master:?}");
+    assert_eq!(on_master, on_replica, "expiry instants on the master and the replica");
+    // A fixed window's key expires at the window's end, whichever call set it.
+    for i in 0..20 {
+        let info: Vec<redis::Value> = common::call(&mut m, &format!("THROTTLE.INFO k{i}")).expect("INFO");
+        let start = match info.get(3) {
+            Some(redis::Value::Int(start)) => *start,
+            other => panic!("window_start of k{i}: {other:?}"),
+        };
+        let at: i64 = common::call(&mut m, &format!("PEXPIRETIME k{i}")).expect("PEXPIRETIME");
+        assert_eq!(at, (start + 60_000_000) / 1000, "k{i}: its window started at {start} µs");
+    }
+}

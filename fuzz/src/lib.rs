@@ -23,7 +23,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Debug;
 
-use redis_throttle::args::{self, Algorithm, ArgError, Call, Spec, MAX_BLOCK_MS};
+use redis_throttle::args::{self, Algorithm, ArgError, Call, Spec, TtlFrom, MAX_BLOCK_MS};
 use redis_throttle::codec::{Codec, DecodeError, ENCODING_VERSION};
 use redis_throttle::limiter::{
     Decision, FixedWindow, LeakyBucket, Limiter, Params, SlidingLog, SlidingWindow, TokenBucket, MAX_LIMIT,
@@ -137,11 +137,19 @@ fn check_call(algorithm: Algorithm, call: &Call, args: &[&[u8]]) {
     if bucket {
         line.push_str(&format!(" BURST {}", p.burst()));
     }
-    if let Some(ms) = call.ttl_from_ms {
-        line.push_str(&format!(" TTLFROM {ms}"));
+    if let Some((option, clock)) = call.ttl_from.map(ttl_from_words) {
+        line.push_str(&format!(" {option} {clock}"));
     }
     let again = args::parse_call(algorithm, line.split(' ').map(str::as_bytes));
     assert_eq!(again, Ok(Call { at_us: Some(at), block_ms: None, ..*call }), "propagated as {line:?}, from {args:?}");
+}
+
+/// The master's clock as the propagated form writes it.
+fn ttl_from_words(ttl_from: TtlFrom) -> (&'static str, String) {
+    match ttl_from {
+        TtlFrom::Us(us) => ("TTLFROMUS", us.to_string()),
+        TtlFrom::Ms(ms) => ("TTLFROM", ms.to_string()),
+    }
 }
 
 fn check_specs(all: &[&[u8]], specs: &[Spec]) {
@@ -153,8 +161,8 @@ fn check_specs(all: &[&[u8]], specs: &[Spec]) {
         let name = all[spec.key_index - 1];
         assert!(name.eq_ignore_ascii_case(&spec.algorithm.command_name().as_bytes()["THROTTLE.".len()..]));
         assert_eq!(
-            (spec.call.cost, spec.call.at_us, spec.call.block_ms, spec.call.ttl_from_ms),
-            (first.call.cost, first.call.at_us, None, first.call.ttl_from_ms)
+            (spec.call.cost, spec.call.at_us, spec.call.block_ms, spec.call.ttl_from),
+            (first.call.cost, first.call.at_us, None, first.call.ttl_from)
         );
         check_call(spec.algorithm, &spec.call, all);
         let key = all[spec.key_index];
@@ -164,9 +172,9 @@ fn check_specs(all: &[&[u8]], specs: &[Spec]) {
     let at = first.call.at_us.unwrap_or(1_700_000_000_000_000);
     let (cost, at_text) = (first.call.cost.to_string(), at.to_string());
     let mut line: Vec<&[u8]> = vec![b"THROTTLE.ALL", b"COST", cost.as_bytes(), b"AT", at_text.as_bytes()];
-    let ttl_from = first.call.ttl_from_ms.map(|ms| ms.to_string());
-    if let Some(ms) = &ttl_from {
-        line.extend([&b"TTLFROM"[..], ms.as_bytes()]);
+    let ttl_from = first.call.ttl_from.map(ttl_from_words);
+    if let Some((option, clock)) = &ttl_from {
+        line.extend([option.as_bytes(), clock.as_bytes()]);
     }
     let prefix = line.len();
     let start = first.key_index - 1;

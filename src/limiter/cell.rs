@@ -77,7 +77,7 @@
 //!   truncated; v0.3.1: plus one whenever the duration is at least 1 ms,
 //!   so 2 s answered 3). This follows v0.4.0 and later.
 
-use super::{ceil_div, ms_ceil, Bucket, Limiter, ParamError, Params, TokenBucket, MAX_LIMIT, MAX_PERIOD_US};
+use super::{ceil_div, Bucket, Limiter, ParamError, Params, TokenBucket, MAX_LIMIT, MAX_PERIOD_US};
 
 /// Longest `period` in seconds (3650 days, the TOKEN type's bound).
 pub const MAX_PERIOD_S: u64 = MAX_PERIOD_US / 1_000_000;
@@ -97,7 +97,8 @@ pub enum CellError {
     /// `count` or `period` is 0, or the rate is faster than one per ns.
     ZeroRate,
     /// A refund 2 ms or more past the idle state: redis-cell stores it and
-    /// then fails to set the key's TTL. The bucket is idle afterwards.
+    /// then fails to set the key's TTL, leaving the bucket idle. Here the
+    /// call changes nothing, as every call that gets an error.
     SetExpire,
     /// Ours: `max_burst` negative or above the TOKEN type's bound.
     MaxBurst,
@@ -249,13 +250,13 @@ pub enum Change {
     /// The bucket ran THROTTLE.TOKEN's own step (`acquire`, or `refund`
     /// for a negative cost) with the key's own parameters, so
     /// `THROTTLE.TOKEN key count <period>s COST cost AT now BURST
-    /// max_burst+1` reproduces it. `ttl_ms` is the key's new TTL; 0 means
-    /// the bucket is full again and the key goes.
-    Token { cost: i64, ttl_ms: u64 },
+    /// max_burst+1` reproduces it. `ttl_us` is the key's new TTL, exact;
+    /// 0 means the bucket is full again and the key goes.
+    Token { cost: i64, ttl_us: u64 },
     /// The stored bucket had other parameters; it was converted keeping its
     /// debt in time and now holds the call's parameters. Only the state
-    /// itself reproduces it. `ttl_ms > 0`.
-    Stored { ttl_ms: u64 },
+    /// itself reproduces it. `ttl_us > 0`.
+    Stored { ttl_us: u64 },
     /// The bucket (stored with other parameters) is full again: the key goes.
     Emptied,
 }
@@ -304,7 +305,7 @@ pub fn throttle(state: &mut TokenBucket, quota: &CellQuota, quantity: i64, now_u
     } else {
         Ok(cell_reply(quota, &verdict))
     };
-    let change = if verdict.limited || quantity == 0 || (empty && quantity < 0) {
+    let change = if verdict.limited || quantity == 0 || (empty && quantity < 0) || reply.is_err() {
         Change::None
     } else if same {
         let burst = params.burst();
@@ -315,7 +316,7 @@ pub fn throttle(state: &mut TokenBucket, quota: &CellQuota, quantity: i64, now_u
             let units = quantity.unsigned_abs().min(burst);
             (-i64::try_from(units).unwrap_or(i64::MAX), state.refund(&params, units, now_us))
         };
-        Change::Token { cost, ttl_ms: decision.reset_after_ms }
+        Change::Token { cost, ttl_us: decision.reset_after_us }
     } else if verdict.after <= 0 {
         *state = TokenBucket::default();
         Change::Emptied
@@ -328,7 +329,8 @@ pub fn throttle(state: &mut TokenBucket, quota: &CellQuota, quantity: i64, now_u
             period_us: params.period_us(),
             burst: params.burst(),
         });
-        Change::Stored { ttl_ms: ms_ceil(ceil_div(level, u128::from(params.limit()))) }
+        let ttl_us = ceil_div(level, u128::from(params.limit()));
+        Change::Stored { ttl_us: u64::try_from(ttl_us).unwrap_or(u64::MAX) }
     };
     Outcome { reply, change, now_us }
 }
@@ -572,7 +574,7 @@ mod tests {
         let mut state = TokenBucket::default();
         let out = throttle(&mut state, &quota(15, 30, 60), 1, START);
         assert_eq!(out.reply.unwrap().to_array(), [0, 16, 15, -1, 2]);
-        assert_eq!(out.change, Change::Token { cost: 1, ttl_ms: 2_000 });
+        assert_eq!(out.change, Change::Token { cost: 1, ttl_us: 2_000_000 });
     }
 
     #[test]
@@ -721,15 +723,15 @@ mod tests {
                 let out = throttle(&mut cell, &q, quantity, now);
                 let limited = out.reply.as_ref().is_ok_and(|r| r.limited);
                 match out.change {
-                    Change::Token { cost, ttl_ms } => {
+                    Change::Token { cost, ttl_us } => {
                         let d = if cost > 0 {
                             token.acquire(&params, cost as u64, now)
                         } else {
                             token.refund(&params, cost.unsigned_abs(), now)
                         };
                         assert!(d.allowed);
-                        assert_eq!(d.reset_after_ms, ttl_ms);
-                        if ttl_ms == 0 {
+                        assert_eq!(d.reset_after_us, ttl_us);
+                        if ttl_us == 0 {
                             assert_eq!(cell, TokenBucket::default());
                             token = TokenBucket::default();
                         }
@@ -781,9 +783,10 @@ mod tests {
                 (true, tat - now_ns, if increment <= dvt { -diff } else { -1_000_000_000 })
             } else {
                 let ttl = new_tat - now_ns;
-                // Redis 7 refuses a negative TTL other than -1 ms.
+                // Redis 7 refuses a negative TTL other than -1 ms. (redis-cell
+                // has stored the refund by then and leaves the bucket idle;
+                // the module changes nothing on an error reply.)
                 if ttl / 1_000_000 < -1 {
-                    self.tat = None;
                     return Err(CellError::SetExpire);
                 }
                 self.tat = Some(new_tat);
@@ -858,12 +861,12 @@ mod tests {
         assert_eq!(out.change, Change::None);
         let out = throttle(&mut state, &small, 1, START + 41 * S);
         assert_eq!(out.reply.unwrap().to_array(), [0, 10, 0, -1, 10]);
-        assert_eq!(out.change, Change::Stored { ttl_ms: 10_000 });
+        assert_eq!(out.change, Change::Stored { ttl_us: 10_000_000 });
         assert_eq!((state.bucket().limit, state.bucket().period_us, state.bucket().burst), (1, S, 10));
         // Now the key holds the call's parameters: THROTTLE.TOKEN's step again.
         let out = throttle(&mut state, &small, -10, START + 41 * S);
         assert_eq!(out.reply.unwrap().to_array(), [0, 10, 10, -1, 0]);
-        assert_eq!(out.change, Change::Token { cost: -10, ttl_ms: 0 });
+        assert_eq!(out.change, Change::Token { cost: -10, ttl_us: 0 });
         assert_eq!(state, TokenBucket::default());
     }
 
@@ -872,13 +875,15 @@ mod tests {
         let q = quota(4, 1, 1);
         let mut state = TokenBucket::default();
         throttle(&mut state, &q, 2, START);
-        // 2 s of debt; giving 3 tokens back goes 1 s past idle: the TTL is
-        // refused, the bucket is idle, the reply is redis-cell's error.
+        let before = state.clone();
+        // 2 s of debt; giving 3 tokens back goes 1 s past idle: redis-cell's
+        // TTL error, and (an error reply) nothing changes.
         let out = throttle(&mut state, &q, -3, START);
         assert_eq!(out.reply, Err(CellError::SetExpire));
-        assert_eq!(out.change, Change::Token { cost: -3, ttl_ms: 0 });
-        assert_eq!(state, TokenBucket::default());
+        assert_eq!(out.change, Change::None);
+        assert_eq!(state, before);
         // On a missing key nothing changes either way.
+        let mut state = TokenBucket::default();
         let out = throttle(&mut state, &q, -1, START);
         assert_eq!((out.reply, out.change), (Err(CellError::SetExpire), Change::None));
         // Within 2 ms past idle Redis accepts the TTL (0 or -1 ms).
@@ -922,6 +927,7 @@ mod tests {
             let _ = throttle(&mut state, &q, quantity, START + at);
         }
         let slow = quota(0, 1, 315_360_000);
+        let mut state = TokenBucket::default();
         let out = throttle(&mut state, &slow, 1, START + 10);
         assert_eq!(out.reply.unwrap().to_array(), [0, 1, 0, -1, 315_360_000]);
         let out = throttle(&mut state, &slow, 1, u64::MAX);

@@ -5,13 +5,13 @@ use std::ffi::c_int;
 
 use redis_module::raw;
 
-use super::apply::{run_on_key, server_now_ms, settle, Mode, Outcome};
+use super::apply::{check_type, expire_at_ms, run_on_key, settle, ttl_from, Mode, Outcome};
 use super::commands::refuse_internal_options;
 use super::ffi::{self, cstr, Ctx, Key, RString};
 use super::propagation;
 use super::reply::CommandError;
 use super::stats::{self, Counter};
-use crate::args::{parse_all, Spec};
+use crate::args::{parse_all, Spec, TtlFrom};
 
 pub(crate) fn throttle_all(ctx: Ctx, argv: &[RString]) {
     // SAFETY: plain call on the command's context.
@@ -42,21 +42,26 @@ fn parse(argv: &[RString]) -> Result<Vec<Spec>, CommandError> {
     Ok(parse_all(&args)?)
 }
 
-/// Checks every limit without changing anything; only if all admit, runs
-/// them for real (a refund, always admitted, runs at once). Propagates one
-/// `THROTTLE.ALL COST n AT t TTLFROM ms spec...`.
+/// Checks every limit without changing anything: every key's type, and
+/// unless the call is a refund (always admitted) whether it admits. Only
+/// when every key can take the call and every limit admits, runs them for
+/// real. A call that gets an error has changed nothing. Propagates one
+/// `THROTTLE.ALL COST n AT t TTLFROMUS µs spec...`.
 fn run(ctx: Ctx, context_flags: u32, argv: &[RString]) -> Result<(bool, Vec<Outcome>), CommandError> {
     let specs = parse(argv)?;
     let Some(first) = specs.first() else { return Ok((true, Vec::new())) };
     refuse_internal_options(context_flags, &first.call)?;
     let (cost, now_us) = (first.call.cost, first.call.at_us.unwrap_or_else(super::clock::now_us));
-    let now_ms = server_now_ms(&first.call, now_us);
     let mut keys = Vec::with_capacity(specs.len());
     for spec in &specs {
         let name = argv.get(spec.key_index).copied().ok_or(CommandError::from(crate::args::ArgError::WrongArity))?;
         keys.push(Key::open(ctx, name));
     }
-    if cost >= 0 {
+    if cost < 0 {
+        for (spec, key) in specs.iter().zip(keys.iter_mut()) {
+            check_type(key, spec.algorithm, spec.call.exact)?;
+        }
+    } else {
         let mut trial = Vec::with_capacity(specs.len());
         for (spec, key) in specs.iter().zip(keys.iter_mut()) {
             trial.push(run_on_key(key, spec.algorithm, &spec.call, now_us, Mode::DryRun)?);
@@ -76,13 +81,24 @@ fn run(ctx: Ctx, context_flags: u32, argv: &[RString]) -> Result<(bool, Vec<Outc
             return Ok((false, trial));
         }
     }
+    let ttl_from = ttl_from(&first.call, now_us);
     let mut outcomes = Vec::with_capacity(specs.len());
+    // Every key was checked above, so no step fails; were one to, what the
+    // steps before it changed still reaches replicas and the AOF below.
+    let mut failed = None;
     for (spec, key) in specs.iter().zip(keys.iter_mut()) {
-        let outcome = run_on_key(key, spec.algorithm, &spec.call, now_us, Mode::Apply)?;
-        if outcome.changed {
-            settle(key, spec.algorithm, &outcome, &spec.call, now_ms);
+        match run_on_key(key, spec.algorithm, &spec.call, now_us, Mode::Apply) {
+            Ok(outcome) => {
+                if outcome.changed {
+                    settle(key, spec.algorithm, spec.call.exact, &outcome, expire_at_ms(ttl_from, &outcome.decision));
+                }
+                outcomes.push(outcome);
+            }
+            Err(e) => {
+                failed = Some(e);
+                break;
+            }
         }
-        outcomes.push(outcome);
     }
     drop(keys);
     if cost < 0 {
@@ -93,16 +109,23 @@ fn run(ctx: Ctx, context_flags: u32, argv: &[RString]) -> Result<(bool, Vec<Outc
         }
     }
     if outcomes.iter().any(|o| o.changed) {
-        let ttl_from_ms = first.call.ttl_from_ms.unwrap_or(now_ms);
-        propagation::send(ctx, context_flags, || propagate(ctx, argv, &specs, cost, now_us, ttl_from_ms));
+        propagation::send(ctx, context_flags, || propagate(ctx, argv, &specs, cost, now_us, ttl_from));
     }
-    Ok((true, outcomes))
+    match failed {
+        Some(e) => Err(e),
+        None => Ok((true, outcomes)),
+    }
 }
 
-fn propagate(ctx: Ctx, argv: &[RString], specs: &[Spec], cost: i64, now_us: u64, ttl_from_ms: u64) {
+fn propagate(ctx: Ctx, argv: &[RString], specs: &[Spec], cost: i64, now_us: u64, ttl_from: TtlFrom) {
     // The specs start one before the first key.
     let Some(start) = specs.first().map(|s| s.key_index - 1) else { return };
     let Some(rest) = argv.get(start..) else { return };
+    // A replayed call from an earlier master keeps its clock in ms.
+    let (clock_option, clock) = match ttl_from {
+        TtlFrom::Us(us) => (cstr!("TTLFROMUS"), us),
+        TtlFrom::Ms(ms) => (cstr!("TTLFROM"), ms),
+    };
     // SAFETY: format letters match: c = C string, l = long long,
     // v = array of RedisModuleString and its length.
     unsafe {
@@ -115,8 +138,8 @@ fn propagate(ctx: Ctx, argv: &[RString], specs: &[Spec], cost: i64, now_us: u64,
                 cost,
                 cstr!("AT"),
                 now_us as i64,
-                cstr!("TTLFROM"),
-                ttl_from_ms as i64,
+                clock_option,
+                clock as i64,
                 rest.as_ptr(),
                 rest.len(),
             );

@@ -10,7 +10,7 @@ use super::ffi::{Ctx, Key, RString, Slot};
 use super::propagation;
 use super::reply::CommandError;
 use super::types::{event_name, Snapshot, Stored};
-use crate::args::{Algorithm, Call, PackedCall};
+use crate::args::{Algorithm, Call, PackedCall, TtlFrom};
 use crate::limiter::{Decision, FixedWindow, LeakyBucket, SlidingLog, SlidingWindow, TokenBucket};
 
 /// Who runs the call: a command handler has the client's own command at
@@ -51,21 +51,18 @@ pub(crate) fn execute(
     let mut key = Key::open(ctx, key_name);
     let outcome = run_on_key(&mut key, algorithm, call, now_us, Mode::Apply)?;
     if outcome.changed {
-        let now_ms = server_now_ms(call, now_us);
-        settle(&mut key, algorithm, &outcome, call, now_ms);
-        let reset_after_ms = outcome.decision.reset_after_ms;
+        let ttl_from = ttl_from(call, now_us);
+        let expire_at_ms = expire_at_ms(ttl_from, &outcome.decision);
+        settle(&mut key, algorithm, call.exact, &outcome, expire_at_ms);
+        let idle = outcome.decision.reset_after_ms == 0;
         // Made only when someone receives it: the key stays open until then.
         let full = move || {
-            // The master's clock: this server's, or the one a replayed call carries.
-            let master_ms = call.ttl_from_ms.unwrap_or(now_ms);
-            let expire_at_ms = master_ms.saturating_add(reset_after_ms);
-            let snapshot =
-                if reset_after_ms > 0 { snapshot(&mut key, algorithm, call.exact, expire_at_ms) } else { None };
+            let snapshot = if idle { None } else { snapshot(&mut key, algorithm, call.exact, expire_at_ms) };
             drop(key);
             match snapshot {
-                _ if reset_after_ms == 0 => propagation::delete(ctx, key_name),
+                _ if idle => propagation::delete(ctx, key_name),
                 Some(snapshot) => propagation::set_state(ctx, key_name, &snapshot),
-                None => propagation::call(ctx, key_name, &PackedCall::new(algorithm, call, now_us, master_ms)),
+                None => propagation::call(ctx, key_name, &PackedCall::new(algorithm, call, now_us, ttl_from)),
             }
         };
         match origin {
@@ -106,47 +103,72 @@ pub(crate) fn dry_run(
     run_on_key(&mut key, algorithm, call, now_us, Mode::DryRun).map(|o| o.decision)
 }
 
-/// The server's clock in ms for a call at `now_us`: that time itself when
-/// the call runs on the server's clock (no second reading), else the clock.
-pub(crate) fn server_now_ms(call: &Call, now_us: u64) -> u64 {
-    match call.at_us {
-        None => now_us / 1000,
-        Some(_) => super::clock::now_us() / 1000,
+/// The clock a change's expiry counts from: the master's, which a replayed
+/// call carries; else the call's own time when it runs on the server's
+/// clock (no second reading), or the clock read now for a call with `AT`
+/// (which has a timeline of its own).
+pub(crate) fn ttl_from(call: &Call, now_us: u64) -> TtlFrom {
+    call.ttl_from.unwrap_or_else(|| TtlFrom::Us(if call.at_us.is_none() { now_us } else { super::clock::now_us() }))
+}
+
+/// The instant (Unix ms) a key changed with `decision` expires at: when it
+/// is idle again, `reset_after` after the clock it counts from. The master
+/// sets this instant itself and sends it (or the clock it counts from), so
+/// a replica or an AOF replay sets the very same one. It is the idle
+/// instant rounded down to the ms, which Redis still keeps the key through
+/// (it expires a key once its clock is past the instant): so the key never
+/// goes before it is idle, its PTTL is never above `reset_after`, and every
+/// call of one window names the same instant, the window's end.
+pub(crate) fn expire_at_ms(from: TtlFrom, decision: &Decision) -> u64 {
+    match from {
+        TtlFrom::Us(us) => idle_at_ms(us, decision.reset_after_us),
+        TtlFrom::Ms(ms) => ms.saturating_add(decision.reset_after_ms),
     }
 }
 
-/// After a change: the key expires when it is idle again, `reset_after`
-/// after the call (after the master's call, for a propagated one), and an
-/// idle key is deleted. Every change leaves the TTL at `reset_after`, so one
-/// taken away (PERSIST, a RESTORE without TTL) comes back with the next
-/// change. Then the server hears of the change: `throttle.<algorithm>`, and
-/// `del` for a deletion.
-pub(crate) fn settle(key: &mut Key, algorithm: Algorithm, outcome: &Outcome, call: &Call, now_ms: u64) {
-    let reset_after_ms = outcome.decision.reset_after_ms;
-    let deleted = reset_after_ms == 0;
+/// The instant a key idle `reset_after_us` after `clock_us` expires at (see
+/// [`expire_at_ms`]).
+pub(crate) fn idle_at_ms(clock_us: u64, reset_after_us: u64) -> u64 {
+    clock_us.saturating_add(reset_after_us) / 1000
+}
+
+/// After a change: the key expires at `expire_at_ms`, when it is idle
+/// again, and an idle key is deleted. Every change sets the expiry again,
+/// so one taken away (PERSIST, a RESTORE without TTL) comes back with the
+/// next change. Then the server hears of the change: `throttle.<algorithm>`,
+/// and `del` for a deletion.
+pub(crate) fn settle(key: &mut Key, algorithm: Algorithm, exact: bool, outcome: &Outcome, expire_at_ms: u64) {
+    let deleted = outcome.decision.reset_after_ms == 0;
     if deleted {
         key.delete();
     } else {
-        let ttl_ms = match call.ttl_from_ms {
-            Some(from_ms) => (from_ms + reset_after_ms).saturating_sub(now_ms),
-            None => reset_after_ms,
-        };
         // A window's end stays put while its calls are admitted, and so
-        // does the TTL that points at it: reading the TTL (the key's lookup
-        // has just read it too) is cheaper than setting it again. A TTL up
-        // to a millisecond short is the same instant, rounded on another
-        // call's clock; never one longer than `reset_after`.
-        let window = matches!(algorithm, Algorithm::Fixed) || (algorithm == Algorithm::Sliding && !call.exact);
-        let ttl = i64::try_from(ttl_ms).unwrap_or(i64::MAX);
-        if !(window && (ttl - 1..=ttl).contains(&key.ttl_ms())) {
-            match call.ttl_from_ms {
-                // The master's instant, replayed.
-                Some(from_ms) => key.set_expire_at_ms(from_ms.saturating_add(reset_after_ms)),
-                None => key.set_expire_ms(ttl_ms),
-            }
+        // does the instant its key expires at: reading the expiry (the
+        // key's lookup has just read it too) is cheaper than setting it.
+        let window = algorithm == Algorithm::Fixed || (algorithm == Algorithm::Sliding && !exact);
+        if !(window && key.expire_at_ms() == Some(expire_at_ms)) {
+            key.set_expire_at_ms(expire_at_ms);
         }
     }
     key.changed(event_name(algorithm), deleted);
+}
+
+/// Refuses a key that holds a value `algorithm`'s call cannot run on (a
+/// missing key takes any call).
+pub(crate) fn check_type(key: &mut Key, algorithm: Algorithm, exact: bool) -> Result<(), CommandError> {
+    fn of<T: Stored>(key: &mut Key) -> Result<(), CommandError> {
+        match key.slot::<T>(T::redis_type()) {
+            Slot::Other => Err(CommandError::WrongType),
+            Slot::Empty | Slot::Mine(_) => Ok(()),
+        }
+    }
+    match (algorithm, exact) {
+        (Algorithm::Fixed, _) => of::<FixedWindow>(key),
+        (Algorithm::Sliding, false) => of::<SlidingWindow>(key),
+        (Algorithm::Sliding, true) => of::<SlidingLog>(key),
+        (Algorithm::Token, _) => of::<TokenBucket>(key),
+        (Algorithm::Leaky, _) => of::<LeakyBucket>(key),
+    }
 }
 
 pub(crate) fn run_on_key(
@@ -191,10 +213,7 @@ fn run<T: Stored>(key: &mut Key, call: &Call, now_us: u64, mode: Mode) -> Result
             // it missing; an admitted call creates it.
             let mut state = T::default();
             let decision = step(&mut state);
-            let changed = mode == Mode::Apply && call.cost > 0 && decision.allowed;
-            if changed {
-                key.set(T::redis_type(), state);
-            }
+            let changed = mode == Mode::Apply && call.cost > 0 && decision.allowed && key.set(T::redis_type(), state);
             Outcome { decision, changed }
         }
     };

@@ -28,6 +28,7 @@
 
 use redis_module::raw;
 
+use super::apply::idle_at_ms;
 use super::docs::{ArgDoc, KEY_ARG};
 use super::ffi::{self, cstr, Ctx, Key, RString, Slot};
 use super::propagation;
@@ -95,43 +96,35 @@ fn run(ctx: Ctx, argv: &[RString]) -> Result<CellReply, Failure> {
         Slot::Other => return Err(Failure::WrongType),
         Slot::Mine(state) => {
             let outcome = mapping::throttle(state, &quota, quantity, now_us);
-            let settled = match outcome.change {
-                Change::None => false,
-                Change::Token { ttl_ms: 0, .. } | Change::Emptied => {
-                    key.delete();
-                    true
-                }
-                Change::Token { ttl_ms, .. } | Change::Stored { ttl_ms } => {
-                    key.set_expire_ms(ttl_ms);
-                    true
-                }
-            };
-            (outcome, settled)
+            let changed = outcome.change != Change::None;
+            (outcome, changed)
         }
         Slot::Empty => {
             let mut state = TokenBucket::default();
             let outcome = mapping::throttle(&mut state, &quota, quantity, now_us);
-            let settled = match outcome.change {
-                Change::None | Change::Token { ttl_ms: 0, .. } | Change::Emptied => false,
-                Change::Token { ttl_ms, .. } | Change::Stored { ttl_ms } => {
-                    let stored = key.set(&TOKEN_TYPE, state);
-                    if stored {
-                        key.set_expire_ms(ttl_ms);
-                    }
-                    stored
-                }
+            let stored = match outcome.change {
+                Change::None | Change::Token { ttl_us: 0, .. } | Change::Emptied => false,
+                Change::Token { .. } | Change::Stored { .. } => key.set(&TOKEN_TYPE, state),
             };
-            (outcome, settled)
+            (outcome, stored)
         }
     };
     if !settled {
         return outcome.reply.map_err(Failure::Cell);
     }
-    let ttl_ms = match outcome.change {
-        Change::Token { ttl_ms, .. } | Change::Stored { ttl_ms } => ttl_ms,
+    let ttl_us = match outcome.change {
+        Change::Token { ttl_us, .. } | Change::Stored { ttl_us } => ttl_us,
         Change::None | Change::Emptied => 0,
     };
-    key.changed(cstr!("cl.throttle"), ttl_ms == 0);
+    // The instant it expires at, which the master sets and sends, as for
+    // the THROTTLE commands.
+    let expire_at_ms = idle_at_ms(now_us, ttl_us);
+    if ttl_us == 0 {
+        key.delete();
+    } else {
+        key.set_expire_at_ms(expire_at_ms);
+    }
+    key.changed(cstr!("cl.throttle"), ttl_us == 0);
     if quantity < 0 {
         super::wait::units_returned(ctx, key_name);
     }
@@ -141,7 +134,7 @@ fn run(ctx: Ctx, argv: &[RString]) -> Result<CellReply, Failure> {
     let flags = ffi::context_flags(ctx);
     propagation::send(ctx, flags, move || {
         let snapshot = match key.slot::<TokenBucket>(&TOKEN_TYPE) {
-            Slot::Mine(state) if ttl_ms > 0 => Snapshot::of(state, now_us / 1000 + ttl_ms),
+            Slot::Mine(state) if ttl_us > 0 => Snapshot::of(state, expire_at_ms),
             _ => None,
         };
         drop(key);

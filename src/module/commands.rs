@@ -78,10 +78,10 @@ pub(crate) fn packed_call(ctx: Ctx, argv: &[RString]) {
     }
 }
 
-/// `TTLFROM` comes only with the propagated form: from the master's
-/// replication stream or an AOF being loaded.
+/// `TTLFROMUS` and `TTLFROM` come only with the propagated form: from the
+/// master's replication stream or an AOF being loaded.
 pub(crate) fn refuse_internal_options(context_flags: u32, call: &Call) -> Result<(), CommandError> {
-    if call.ttl_from_ms.is_none() {
+    if call.ttl_from.is_none() {
         return Ok(());
     }
     if context_flags & (raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING) != 0 {

@@ -135,6 +135,17 @@ impl<'a> Key<'a> {
         }
     }
 
+    /// The instant (Unix ms) the key expires at, if it has one and the
+    /// server tells modules (7.0 and later do).
+    pub(crate) fn expire_at_ms(&self) -> Option<u64> {
+        if self.ptr.is_null() {
+            return None;
+        }
+        // SAFETY: the key is open.
+        let at = unsafe { raw::RedisModule_GetAbsExpire.map_or(-1, |f| f(self.ptr)) };
+        u64::try_from(at).ok()
+    }
+
     pub(crate) fn set_expire_ms(&mut self, ms: u64) {
         // The server adds its clock to the TTL: a TTL near i64::MAX would
         // wrap to an instant in the past (Valkey asserts on it). No TTL the
@@ -151,8 +162,8 @@ impl<'a> Key<'a> {
 
     /// Makes the key expire at `at_ms` (Unix ms, at most
     /// [`LATEST_EXPIRY_MS`]): exactly where the server sets absolute
-    /// expiries for modules (7.2 and later), else as a TTL from the module's
-    /// clock, which can land a millisecond late.
+    /// expiries for modules (Redis 7.0 and later, Valkey), else as a TTL
+    /// from the module's clock, which can land a millisecond off.
     pub(crate) fn set_expire_at_ms(&mut self, at_ms: u64) {
         // SAFETY: reading a function pointer Redis set at load time.
         let set_at = unsafe { raw::RedisModule_SetAbsExpire };
