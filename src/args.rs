@@ -367,9 +367,12 @@ fn checked_ttl_from(ttl_from: TtlFrom) -> Result<TtlFrom, ArgError> {
     }
 }
 
+/// Parses an option's value.
+type ValueParser<T> = fn(&[u8]) -> Result<T, ArgError>;
+
 /// The parser of `TTLFROMUS`'s or `TTLFROM`'s value when `token` names
 /// either (they are one option: at most one of them per call).
-fn ttl_from_option(token: &[u8]) -> Option<fn(&[u8]) -> Result<TtlFrom, ArgError>> {
+fn ttl_from_option(token: &[u8]) -> Option<ValueParser<TtlFrom>> {
     if token.eq_ignore_ascii_case(b"TTLFROMUS") {
         Some(|value| parse_u64(value).map(TtlFrom::Us).ok_or(ArgError::TtlFromUs).and_then(checked_ttl_from))
     } else if token.eq_ignore_ascii_case(b"TTLFROM") {
