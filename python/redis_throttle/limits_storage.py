@@ -120,7 +120,9 @@ def _raise_missing(error: Exception) -> None:
 
 # ------------------------------------------------------------ sync
 
-class ThrottleStorage(base.Storage, base.MovingWindowSupport, base.SlidingWindowCounterSupport):
+class ThrottleStorage(
+    base.Storage, base.MovingWindowSupport, base.SlidingWindowCounterSupport, base.TimestampedSlidingWindow
+):
     """limits storage on the THROTTLE commands of one Redis server: ``throttle://host:port``.
 
     ``key_prefix`` (default ``THROTTLE``) goes before every key, apart from
@@ -157,7 +159,9 @@ class ThrottleStorage(base.Storage, base.MovingWindowSupport, base.SlidingWindow
 
     def _sliding_key(self, key: str) -> str:
         # limits' Redis storage keeps its sliding windows apart from the key the
-        # other two strategies share, under {key}: so does this one.
+        # other two strategies share, under {key}: so does this one. Its windows
+        # are the module's, aligned on the Unix epoch like limits' memory and
+        # memcached storages (hence TimestampedSlidingWindow).
         return self.prefixed_key(f"{{{key}}}")
 
     def _execute(self, *args: Any) -> Any:
@@ -235,7 +239,9 @@ class ThrottleClusterStorage(ThrottleStorage):
 
 # ------------------------------------------------------------ async
 
-class AsyncThrottleStorage(aio_base.Storage, aio_base.MovingWindowSupport, aio_base.SlidingWindowCounterSupport):
+class AsyncThrottleStorage(
+    aio_base.Storage, aio_base.MovingWindowSupport, aio_base.SlidingWindowCounterSupport, base.TimestampedSlidingWindow
+):
     """ThrottleStorage for limits' asyncio strategies: ``async+throttle://host:port`` on redis.asyncio."""
 
     STORAGE_SCHEME = ["async+throttle"]
@@ -266,7 +272,9 @@ class AsyncThrottleStorage(aio_base.Storage, aio_base.MovingWindowSupport, aio_b
 
     def _sliding_key(self, key: str) -> str:
         # limits' Redis storage keeps its sliding windows apart from the key the
-        # other two strategies share, under {key}: so does this one.
+        # other two strategies share, under {key}: so does this one. Its windows
+        # are the module's, aligned on the Unix epoch like limits' memory and
+        # memcached storages (hence TimestampedSlidingWindow).
         return self.prefixed_key(f"{{{key}}}")
 
     async def _execute(self, *args: Any) -> Any:
