@@ -1,6 +1,7 @@
 """Real redis-server processes for the tests: each on a free loopback port, in
 a temporary directory of its own, stopped with SHUTDOWN NOSAVE and then by its
-process handle. THROTTLE_MODULE names the built module; THROTTLE_REDIS_SERVER
+process handle. THROTTLE_MODULE names the built module (default: the
+repository's target/release/libredis_throttle.so); THROTTLE_REDIS_SERVER
 the server binary (default: redis-server on PATH)."""
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import redis
 
 
 def module_path() -> str:
-    path = os.environ.get("THROTTLE_MODULE", "")
+    default = os.path.join(os.path.dirname(__file__), "..", "..", "target", "release", "libredis_throttle.so")
+    path = os.environ.get("THROTTLE_MODULE") or default
     if not path or not os.path.isfile(path):
         raise RuntimeError(f"THROTTLE_MODULE must name the built module (libredis_throttle.so); got {path!r}")
     return os.path.abspath(path)
