@@ -2,7 +2,8 @@
 # make test-python: the package's pytest suite, then limits' own storage
 # tests from its sdist (tests/limits_suite.py), in a virtualenv of their own
 # under the build directory, against redis-servers with the freshly built
-# module (THROTTLE_MODULE) on free loopback ports.
+# module (THROTTLE_MODULE) on free loopback ports. `run.sh venv` only
+# prepares the virtualenv and prints its python (for bench/).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 package="$(dirname "$here")"
@@ -14,6 +15,7 @@ pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 "${pip[@]}" install -r "$here/requirements.txt"
 "${pip[@]}" install --force-reinstall --no-deps "$package"
+if [ "${1:-}" = venv ]; then echo "$venv/bin/python"; exit 0; fi
 "$venv/bin/python" -m pip list --disable-pip-version-check 2>/dev/null \
   | grep -iE '^(redis|valkey|limits|flask|flask-limiter|slowapi|fastapi|starlette|pytest) ' | tr -s ' ' | paste -sd, -
 
