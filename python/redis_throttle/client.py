@@ -20,27 +20,11 @@ T = TypeVar("T")
 
 
 class _Commands:
-    """The argument lists of every method; subclasses send them."""
+    """What Throttle and AsyncThrottle share: the client."""
 
     def __init__(self, client: Any) -> None:
         """``client``: redis.Redis, redis.cluster.RedisCluster, their redis.asyncio twins, or valkey's."""
         self.client = client
-
-    @staticmethod
-    def _fixed(key: Any, limit: int, period: Period, cost: int, block: Optional[Period], at: Optional[At]):
-        return command("THROTTLE.FIXED", key, limit, period, cost, block, at)
-
-    @staticmethod
-    def _sliding(key: Any, limit: int, period: Period, cost: int, block: Optional[Period], at: Optional[At], exact: bool):
-        return command("THROTTLE.SLIDING", key, limit, period, cost, block, at, exact=exact)
-
-    @staticmethod
-    def _token(key: Any, limit: int, period: Period, cost: int, block: Optional[Period], at: Optional[At], burst: Optional[int]):
-        return command("THROTTLE.TOKEN", key, limit, period, cost, block, at, burst=burst)
-
-    @staticmethod
-    def _leaky(key: Any, limit: int, period: Period, cost: int, block: Optional[Period], at: Optional[At], burst: Optional[int]):
-        return command("THROTTLE.LEAKY", key, limit, period, cost, block, at, burst=burst)
 
 
 class Throttle(_Commands):
@@ -64,19 +48,19 @@ class Throttle(_Commands):
 
     def fixed(self, key: Any, limit: int, period: Period, cost: int = 1, block: Optional[Period] = None, *, at: Optional[At] = None) -> Decision:
         """THROTTLE.FIXED: at most ``limit`` units per window of ``period``, opened by the first admitted call."""
-        return self._run(self._fixed(key, limit, period, cost, block, at), Decision.from_reply)
+        return self._run(command("THROTTLE.FIXED", key, limit, period, cost, block, at), Decision.from_reply)
 
     def sliding(self, key: Any, limit: int, period: Period, cost: int = 1, block: Optional[Period] = None, *, exact: bool = False, at: Optional[At] = None) -> Decision:
         """THROTTLE.SLIDING: the sliding-window counter, or with ``exact=True`` the exact sliding log."""
-        return self._run(self._sliding(key, limit, period, cost, block, at, exact), Decision.from_reply)
+        return self._run(command("THROTTLE.SLIDING", key, limit, period, cost, block, at, exact=exact), Decision.from_reply)
 
     def token(self, key: Any, limit: int, period: Period, cost: int = 1, block: Optional[Period] = None, *, burst: Optional[int] = None, at: Optional[At] = None) -> Decision:
         """THROTTLE.TOKEN: a bucket of ``burst`` (default ``limit``) tokens refilled at ``limit`` per ``period``."""
-        return self._run(self._token(key, limit, period, cost, block, at, burst), Decision.from_reply)
+        return self._run(command("THROTTLE.TOKEN", key, limit, period, cost, block, at, burst=burst), Decision.from_reply)
 
     def leaky(self, key: Any, limit: int, period: Period, cost: int = 1, block: Optional[Period] = None, *, burst: Optional[int] = None, at: Optional[At] = None) -> Decision:
         """THROTTLE.LEAKY: a queue of ``burst`` (default ``limit``) units drained at ``limit`` per ``period``."""
-        return self._run(self._leaky(key, limit, period, cost, block, at, burst), Decision.from_reply)
+        return self._run(command("THROTTLE.LEAKY", key, limit, period, cost, block, at, burst=burst), Decision.from_reply)
 
     def all(self, *specs: Spec, cost: int = 1, at: Optional[At] = None) -> AllDecision:
         """THROTTLE.ALL: every limit admits and consumes, or none changes. In a cluster the keys share a slot."""
@@ -101,16 +85,16 @@ class AsyncThrottle(_Commands):
         return parse(reply)
 
     async def fixed(self, key: Any, limit: int, period: Period, cost: int = 1, block: Optional[Period] = None, *, at: Optional[At] = None) -> Decision:
-        return await self._run(self._fixed(key, limit, period, cost, block, at), Decision.from_reply)
+        return await self._run(command("THROTTLE.FIXED", key, limit, period, cost, block, at), Decision.from_reply)
 
     async def sliding(self, key: Any, limit: int, period: Period, cost: int = 1, block: Optional[Period] = None, *, exact: bool = False, at: Optional[At] = None) -> Decision:
-        return await self._run(self._sliding(key, limit, period, cost, block, at, exact), Decision.from_reply)
+        return await self._run(command("THROTTLE.SLIDING", key, limit, period, cost, block, at, exact=exact), Decision.from_reply)
 
     async def token(self, key: Any, limit: int, period: Period, cost: int = 1, block: Optional[Period] = None, *, burst: Optional[int] = None, at: Optional[At] = None) -> Decision:
-        return await self._run(self._token(key, limit, period, cost, block, at, burst), Decision.from_reply)
+        return await self._run(command("THROTTLE.TOKEN", key, limit, period, cost, block, at, burst=burst), Decision.from_reply)
 
     async def leaky(self, key: Any, limit: int, period: Period, cost: int = 1, block: Optional[Period] = None, *, burst: Optional[int] = None, at: Optional[At] = None) -> Decision:
-        return await self._run(self._leaky(key, limit, period, cost, block, at, burst), Decision.from_reply)
+        return await self._run(command("THROTTLE.LEAKY", key, limit, period, cost, block, at, burst=burst), Decision.from_reply)
 
     async def all(self, *specs: Spec, cost: int = 1, at: Optional[At] = None) -> AllDecision:
         return await self._run(all_command(specs, cost, at), AllDecision.from_reply)

@@ -118,9 +118,42 @@ def _raise_missing(error: Exception) -> None:
         raise missing from error
 
 
+def _cluster_options(uri: str, node: Any, options: Any) -> Any:
+    """RedisCluster's arguments from ``throttle+cluster://[user:password@]host:port[,host:port...]``."""
+    parsed = parse_storage_uri(uri)
+    if parsed.locations:
+        options.setdefault("startup_nodes", [node(host, port) for host, port in parsed.locations])
+    if parsed.username:
+        options.setdefault("username", parsed.username)
+    if parsed.password:
+        options.setdefault("password", parsed.password)
+    return options
+
+
+class _Keys:
+    """Keys and errors, the same for the sync and async storages."""
+
+    key_prefix: str
+
+    @property
+    def base_exceptions(self) -> Any:
+        return redis.RedisError
+
+    def prefixed_key(self, key: str) -> str:
+        return f"{self.key_prefix}:{key}"
+
+    def _sliding_key(self, key: str) -> str:
+        # limits' Redis storage keeps its sliding windows apart from the key the
+        # other two strategies share, under {key}: so does this one. Its windows
+        # are the module's, aligned on the Unix epoch like limits' memory and
+        # memcached storages (hence TimestampedSlidingWindow).
+        return self.prefixed_key(f"{{{key}}}")
+
+
 # ------------------------------------------------------------ sync
 
 class ThrottleStorage(
+    _Keys,
     base.Storage, base.MovingWindowSupport, base.SlidingWindowCounterSupport, base.TimestampedSlidingWindow
 ):
     """limits storage on the THROTTLE commands of one Redis server: ``throttle://host:port``.
@@ -149,20 +182,6 @@ class ThrottleStorage(
         if connection_pool is not None:
             return redis.Redis(connection_pool=connection_pool, **options)
         return redis.Redis.from_url("redis" + uri[uri.index(":"):], **options)
-
-    @property
-    def base_exceptions(self) -> Any:
-        return redis.RedisError
-
-    def prefixed_key(self, key: str) -> str:
-        return f"{self.key_prefix}:{key}"
-
-    def _sliding_key(self, key: str) -> str:
-        # limits' Redis storage keeps its sliding windows apart from the key the
-        # other two strategies share, under {key}: so does this one. Its windows
-        # are the module's, aligned on the Unix epoch like limits' memory and
-        # memcached storages (hence TimestampedSlidingWindow).
-        return self.prefixed_key(f"{{{key}}}")
 
     def _execute(self, *args: Any) -> Any:
         try:
@@ -227,19 +246,13 @@ class ThrottleClusterStorage(ThrottleStorage):
     STORAGE_SCHEME = ["throttle+cluster"]
 
     def _client(self, uri: str, connection_pool: Optional[redis.ConnectionPool], **options: Any) -> Any:
-        parsed = parse_storage_uri(uri)
-        if parsed.locations:
-            options.setdefault("startup_nodes", [redis.cluster.ClusterNode(h, p) for h, p in parsed.locations])
-        if parsed.username:
-            options.setdefault("username", parsed.username)
-        if parsed.password:
-            options.setdefault("password", parsed.password)
-        return redis.cluster.RedisCluster(**options)
+        return redis.cluster.RedisCluster(**_cluster_options(uri, redis.cluster.ClusterNode, options))
 
 
 # ------------------------------------------------------------ async
 
 class AsyncThrottleStorage(
+    _Keys,
     aio_base.Storage, aio_base.MovingWindowSupport, aio_base.SlidingWindowCounterSupport, base.TimestampedSlidingWindow
 ):
     """ThrottleStorage for limits' asyncio strategies: ``async+throttle://host:port`` on redis.asyncio."""
@@ -262,20 +275,6 @@ class AsyncThrottleStorage(
         if connection_pool is not None:
             return redis.asyncio.Redis(connection_pool=connection_pool, **options)
         return redis.asyncio.Redis.from_url("redis" + uri[uri.index(":"):], **options)
-
-    @property
-    def base_exceptions(self) -> Any:
-        return redis.RedisError
-
-    def prefixed_key(self, key: str) -> str:
-        return f"{self.key_prefix}:{key}"
-
-    def _sliding_key(self, key: str) -> str:
-        # limits' Redis storage keeps its sliding windows apart from the key the
-        # other two strategies share, under {key}: so does this one. Its windows
-        # are the module's, aligned on the Unix epoch like limits' memory and
-        # memcached storages (hence TimestampedSlidingWindow).
-        return self.prefixed_key(f"{{{key}}}")
 
     async def _execute(self, *args: Any) -> Any:
         try:
@@ -337,13 +336,5 @@ class AsyncThrottleClusterStorage(AsyncThrottleStorage):
     STORAGE_SCHEME = ["async+throttle+cluster"]
 
     def _client(self, uri: str, connection_pool: Any, **options: Any) -> Any:
-        parsed = parse_storage_uri(uri)
-        if parsed.locations:
-            options.setdefault(
-                "startup_nodes", [redis.asyncio.cluster.ClusterNode(h, p) for h, p in parsed.locations]
-            )
-        if parsed.username:
-            options.setdefault("username", parsed.username)
-        if parsed.password:
-            options.setdefault("password", parsed.password)
-        return redis.asyncio.cluster.RedisCluster(**options)
+        node = redis.asyncio.cluster.ClusterNode
+        return redis.asyncio.cluster.RedisCluster(**_cluster_options(uri, node, options))
