@@ -6,7 +6,7 @@ import math
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Dict, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 
 from redis.exceptions import ResponseError
 
@@ -102,7 +102,7 @@ def command(
     burst: Optional[int] = None,
     exact: bool = False,
 ) -> Tuple[Any, ...]:
-    args: list = [name, key, int(limit), period_arg(period)]
+    args: List[Any] = [name, key, int(limit), period_arg(period)]
     if cost != 1:
         args += ["COST", int(cost)]
     if burst is not None:
@@ -123,10 +123,7 @@ def _text(value: Any) -> str:
 
 def _pairs(reply: Any) -> Dict[str, Any]:
     """A RESP3 map or a RESP2 flat list of field-value pairs, with str field names."""
-    if isinstance(reply, dict):
-        items = reply.items()
-    else:
-        items = zip(reply[0::2], reply[1::2])
+    items: Iterable[Tuple[Any, Any]] = reply.items() if isinstance(reply, dict) else zip(reply[0::2], reply[1::2])
     return {_text(k): v for k, v in items}
 
 
@@ -217,7 +214,7 @@ class Spec:
     def leaky(cls, key: Any, limit: int, period: Period, burst: Optional[int] = None) -> "Spec":
         return cls("LEAKY", key, limit, period, burst=burst)
 
-    def args(self) -> list:
+    def args(self) -> List[Any]:
         args = [self.algorithm, self.key, int(self.limit), period_arg(self.period)]
         if self.burst is not None:
             args += ["BURST", int(self.burst)]
@@ -229,7 +226,7 @@ class Spec:
 def all_command(specs: Tuple[Spec, ...], cost: int, at: Optional[At]) -> Tuple[Any, ...]:
     if not specs:
         raise ValueError("all() needs at least one Spec")
-    args: list = ["THROTTLE.ALL"]
+    args: List[Any] = ["THROTTLE.ALL"]
     if cost != 1:
         args += ["COST", int(cost)]
     if at is not None:

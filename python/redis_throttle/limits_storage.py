@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 import redis
 import redis.asyncio
@@ -229,7 +229,7 @@ class ThrottleStorage(
     def reset(self) -> Optional[int]:
         """Deletes every key under the prefix (SCAN and UNLINK, on every node of a cluster); returns how many."""
         deleted = 0
-        batch: list = []
+        batch: List[Any] = []
         for key in self.storage.scan_iter(match=_pattern(self.key_prefix), count=1000):
             batch.append(key)
             if len(batch) == 500:
@@ -319,7 +319,7 @@ class AsyncThrottleStorage(
 
     async def reset(self) -> Optional[int]:
         deleted = 0
-        batch: list = []
+        batch: List[Any] = []
         async for key in self.storage.scan_iter(match=_pattern(self.key_prefix), count=1000):
             batch.append(key)
             if len(batch) == 500:

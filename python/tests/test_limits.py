@@ -153,3 +153,13 @@ def test_both_protocols_through_the_uri(server, r, protocol):
         key = f"{strategy.__name__}{protocol}"
         assert [limiter.hit(item, key) for _ in range(3)] == [True, True, False]
         assert limiter.get_window_stats(item, key).remaining == 0
+
+
+def test_connection_pool_option(server, r):
+    import redis
+
+    pool = redis.ConnectionPool(host="127.0.0.1", port=server.port, protocol=2)
+    storage = storage_from_string("throttle://", connection_pool=pool)
+    assert storage.storage.connection_pool is pool
+    assert FixedWindowRateLimiter(storage).hit(parse("1/second"), "pooled")
+    assert r.type("THROTTLE:LIMITER/pooled/1/1/second") == b"thr-fixed"
