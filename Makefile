@@ -54,6 +54,7 @@ test: build servers lint
 	THROTTLE_REDIS_SERVER=$(VALKEY_8) $(CARGO) test --test '*'
 	@$(MAKE) --no-print-directory valgrind-short
 	@$(MAKE) --no-print-directory test-laravel
+	@$(MAKE) --no-print-directory test-python
 
 # Benchmarks: criterion micro-benchmarks, then redis-benchmark against INCR
 # and the Lua scripts it replaces; writes bench/results.md and bench/chart.svg.
@@ -146,3 +147,11 @@ test-laravel: build
 	$(call apt_install,$(PHP_APT_PACKAGES))
 	cd laravel && HOME="$${HOME:-/tmp}" COMPOSER_ALLOW_SUPERUSER=1 composer validate --strict --no-check-publish --no-check-lock
 	cd laravel && THROTTLE_MODULE=$(abspath $(BUILT_SO)) phpunit
+
+# make test-python  the Python package (python/): its pytest suite and limits'
+# own storage tests, in a virtualenv under the build directory with the
+# libraries from PyPI (python/tests/requirements.txt), against the freshly
+# built module on a three-node cluster and single servers.
+.PHONY: test-python
+test-python: build
+	THROTTLE_MODULE=$(abspath $(BUILT_SO)) python/tests/run.sh

@@ -45,5 +45,6 @@ for server in ${BENCH_SERVERS:-debian redis8 valkey}; do
   runs+=("bench/e2e-$server.json")
 done
 
+echo "== Flask-Limiter and SlowAPI, redis:// against throttle:// (bench/python_frameworks.py)" >&2 && python3 bench/python_frameworks.py "$module" bench/python-frameworks.md
 echo "== 3/3 report" >&2
 python3 bench/report.py "$target/criterion" "$start" bench "${runs[@]}"

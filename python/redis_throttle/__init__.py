@@ -1,0 +1,20 @@
+"""redis-throttle: rate limiting on the redis-throttle module's THROTTLE commands.
+
+- ``Throttle(client)`` / ``AsyncThrottle(client)``: the commands on a redis-py client.
+- With ``limits`` installed, importing this package registers the storage schemes
+  ``throttle://``, ``throttle+cluster://``, ``async+throttle://`` and
+  ``async+throttle+cluster://`` for limits, Flask-Limiter and SlowAPI.
+"""
+
+from ._core import AllDecision, Decision, Spec, ThrottleModuleMissing
+from .client import AsyncThrottle, Throttle
+
+__all__ = ["AllDecision", "AsyncThrottle", "Decision", "Spec", "Throttle", "ThrottleModuleMissing"]
+__version__ = "0.1.0"
+
+try:
+    import limits as _limits  # noqa: F401
+except ImportError:  # the client works without limits
+    pass
+else:
+    from . import limits_storage  # noqa: F401  (defining its classes registers the schemes)

@@ -1,0 +1,103 @@
+"""Throttle and AsyncThrottle: the THROTTLE commands on a redis-py (or valkey-py) client."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Optional, Tuple, TypeVar, Union
+
+from ._core import (
+    AllDecision,
+    At,
+    Decision,
+    Period,
+    Spec,
+    all_command,
+    command,
+    info_from_reply,
+    module_missing,
+)
+
+T = TypeVar("T")
+
+
+class _Commands:
+    """What Throttle and AsyncThrottle share: the client."""
+
+    def __init__(self, client: Any) -> None:
+        """``client``: redis.Redis, redis.cluster.RedisCluster, their redis.asyncio twins, or valkey's."""
+        self.client = client
+
+
+class Throttle(_Commands):
+    """The THROTTLE commands on a synchronous client; each method is one command, one round trip.
+
+    ``period`` and ``block`` take seconds (int or float), a ``timedelta`` or the module's period strings
+    (``"500ms"``, ``"1s"``, ``"15m"``). ``block``: wait on the server up to that long for a limited call to
+    be admitted (None or 0: answer at once; ``math.inf``: no time-out). ``at``: the call's time (Unix seconds
+    or an aware datetime) instead of the server's clock, for tests and replays.
+    """
+
+    def _run(self, args: Tuple[Any, ...], parse: Callable[[Any], T]) -> T:
+        try:
+            reply = self.client.execute_command(*args)
+        except Exception as error:
+            missing = module_missing(error)
+            if missing is not None:
+                raise missing from error
+            raise
+        return parse(reply)
+
+    def fixed(self, key: Any, limit: int, period: Period, cost: int = 1, block: Optional[Period] = None, *, at: Optional[At] = None) -> Decision:
+        """THROTTLE.FIXED: at most ``limit`` units per window of ``period``, opened by the first admitted call."""
+        return self._run(command("THROTTLE.FIXED", key, limit, period, cost, block, at), Decision.from_reply)
+
+    def sliding(self, key: Any, limit: int, period: Period, cost: int = 1, block: Optional[Period] = None, *, exact: bool = False, at: Optional[At] = None) -> Decision:
+        """THROTTLE.SLIDING: the sliding-window counter, or with ``exact=True`` the exact sliding log."""
+        return self._run(command("THROTTLE.SLIDING", key, limit, period, cost, block, at, exact=exact), Decision.from_reply)
+
+    def token(self, key: Any, limit: int, period: Period, cost: int = 1, block: Optional[Period] = None, *, burst: Optional[int] = None, at: Optional[At] = None) -> Decision:
+        """THROTTLE.TOKEN: a bucket of ``burst`` (default ``limit``) tokens refilled at ``limit`` per ``period``."""
+        return self._run(command("THROTTLE.TOKEN", key, limit, period, cost, block, at, burst=burst), Decision.from_reply)
+
+    def leaky(self, key: Any, limit: int, period: Period, cost: int = 1, block: Optional[Period] = None, *, burst: Optional[int] = None, at: Optional[At] = None) -> Decision:
+        """THROTTLE.LEAKY: a queue of ``burst`` (default ``limit``) units drained at ``limit`` per ``period``."""
+        return self._run(command("THROTTLE.LEAKY", key, limit, period, cost, block, at, burst=burst), Decision.from_reply)
+
+    def all(self, *specs: Spec, cost: int = 1, at: Optional[At] = None) -> AllDecision:
+        """THROTTLE.ALL: every limit admits and consumes, or none changes. In a cluster the keys share a slot."""
+        return self._run(all_command(specs, cost, at), AllDecision.from_reply)
+
+    def info(self, key: Any) -> Optional[Dict[str, Union[str, int]]]:
+        """THROTTLE.INFO: the key's algorithm and state as the module reports them, or None."""
+        return self._run(("THROTTLE.INFO", key), info_from_reply)
+
+
+class AsyncThrottle(_Commands):
+    """Throttle for asyncio clients (redis.asyncio.Redis, redis.asyncio.cluster.RedisCluster, valkey.asyncio)."""
+
+    async def _run(self, args: Tuple[Any, ...], parse: Callable[[Any], T]) -> T:
+        try:
+            reply = await self.client.execute_command(*args)
+        except Exception as error:
+            missing = module_missing(error)
+            if missing is not None:
+                raise missing from error
+            raise
+        return parse(reply)
+
+    async def fixed(self, key: Any, limit: int, period: Period, cost: int = 1, block: Optional[Period] = None, *, at: Optional[At] = None) -> Decision:
+        return await self._run(command("THROTTLE.FIXED", key, limit, period, cost, block, at), Decision.from_reply)
+
+    async def sliding(self, key: Any, limit: int, period: Period, cost: int = 1, block: Optional[Period] = None, *, exact: bool = False, at: Optional[At] = None) -> Decision:
+        return await self._run(command("THROTTLE.SLIDING", key, limit, period, cost, block, at, exact=exact), Decision.from_reply)
+
+    async def token(self, key: Any, limit: int, period: Period, cost: int = 1, block: Optional[Period] = None, *, burst: Optional[int] = None, at: Optional[At] = None) -> Decision:
+        return await self._run(command("THROTTLE.TOKEN", key, limit, period, cost, block, at, burst=burst), Decision.from_reply)
+
+    async def leaky(self, key: Any, limit: int, period: Period, cost: int = 1, block: Optional[Period] = None, *, burst: Optional[int] = None, at: Optional[At] = None) -> Decision:
+        return await self._run(command("THROTTLE.LEAKY", key, limit, period, cost, block, at, burst=burst), Decision.from_reply)
+
+    async def all(self, *specs: Spec, cost: int = 1, at: Optional[At] = None) -> AllDecision:
+        return await self._run(all_command(specs, cost, at), AllDecision.from_reply)
+
+    async def info(self, key: Any) -> Optional[Dict[str, Union[str, int]]]:
+        return await self._run(("THROTTLE.INFO", key), info_from_reply)

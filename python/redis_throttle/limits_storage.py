@@ -1,0 +1,340 @@
+"""Storages for the `limits` library on the THROTTLE commands.
+
+Defining these classes registers their schemes with limits (its storage
+classes register the schemes they name in STORAGE_SCHEME), so that
+``limits.storage.storage_from_string("throttle://host:port")``, Flask-Limiter's
+``storage_uri`` and SlowAPI's ``Limiter(storage_uri=...)`` find them:
+
+- ``throttle://[user:password@]host:port[/db]``: ThrottleStorage (redis.Redis)
+- ``throttle+cluster://host:port[,host:port...]``: ThrottleClusterStorage (redis.cluster.RedisCluster)
+- ``async+throttle://...``, ``async+throttle+cluster://...``: the asyncio twins
+
+Every storage call is one command: the window strategies' decisions are
+THROTTLE.FIXED, THROTTLE.SLIDING ... EXACT and THROTTLE.SLIDING; their
+statistics THROTTLE.INFO, a peek (COST 0) or PTTL. No script, no
+read-then-write. The package README lists where this differs from limits'
+own Redis storage.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, List, Optional, Tuple
+
+import redis
+import redis.asyncio
+import redis.asyncio.cluster
+import redis.cluster
+from limits._storage_scheme import parse_storage_uri
+from limits.aio.storage import base as aio_base
+from limits.storage import base
+
+from ._core import Decision, info_from_reply, module_missing, period_arg
+
+#: THROTTLE.FIXED's largest limit: with it FIXED is an unbounded counter, limits' ``incr``.
+UNBOUNDED = 10**15
+PREFIX = "THROTTLE"
+
+
+# ------------------------------------------------------------ commands and replies, shared by sync and async
+
+def _incr(key: str, expiry: int, amount: int) -> Tuple[Any, ...]:
+    return ("THROTTLE.FIXED", key, UNBOUNDED, period_arg(expiry), "COST", amount)
+
+
+def _count(reply: Any) -> int:
+    decision = Decision.from_reply(reply)
+    return decision.limit - decision.remaining
+
+
+def _used(reply: Any) -> int:
+    info = info_from_reply(reply)
+    return int(info["used"]) if info else 0
+
+
+def _expiry(pttl: Any) -> float:
+    return time.time() + max(int(pttl), 0) / 1000
+
+
+def _sliding(key: str, limit: int, expiry: int, amount: int, exact: bool) -> Tuple[Any, ...]:
+    args: Tuple[Any, ...] = ("THROTTLE.SLIDING", key, limit, period_arg(expiry), "COST", amount)
+    return args + ("EXACT",) if exact else args
+
+
+def _allowed(reply: Any) -> bool:
+    return Decision.from_reply(reply).allowed
+
+
+def _moving_window(reply: Any, expiry: int) -> Tuple[float, int]:
+    """(start, entries) for limits' moving window from a COST 0 peek of SLIDING EXACT.
+
+    The peek tells how many units the log holds and when it empties (reset_after),
+    not when its oldest entry leaves: ``start`` is the newest entry's time, so
+    limits' reset time (start + expiry) is when the whole window is free again.
+    """
+    decision = Decision.from_reply(reply)
+    count = decision.limit - decision.remaining
+    now = time.time()
+    if count <= 0:
+        return now, 0
+    return now + decision.reset_after - expiry, count
+
+
+def _sliding_window(reply: Any, expiry: int) -> Tuple[int, float, int, float]:
+    """limits' (previous count, previous TTL, current count, current TTL) from THROTTLE.INFO.
+
+    INFO reports the stored windows (their start, period and counts) and the
+    weighted count now (``used``, rounded up as the module decides with it) and
+    when the key goes idle (``reset_after``, on the server's clock, which also
+    gives the server's "now"). The current count returned is chosen so that
+    limits' own arithmetic, floor(previous * previous TTL / expiry + current),
+    gives exactly the module's ``used``: its remaining is then the module's.
+    """
+    info = info_from_reply(reply)
+    if not info or info.get("algorithm") != "sliding" or not info["used"] or info["reset_after"] <= 0:
+        return 0, 0.0, 0, 0.0
+    period = int(info["period_ms"]) / 1000
+    start = int(info["window_start"]) / 1_000_000
+    previous, current = int(info["previous"]), int(info["current"])
+    # A count in the current window keeps the key two periods from its start, one in the previous one.
+    now = start + (2 * period if current else period) - int(info["reset_after"]) / 1000
+    if now >= start + period:  # the stored current window has ended: it is the previous one now
+        previous, current, start = current, 0, start + period
+    previous_ttl = max(0.0, start + period - now)  # how much of the rolling window the previous one still covers
+    current_ttl = start + 2 * period - now  # limits' current key lives to its window's end plus one period
+    weighted = previous * previous_ttl / expiry
+    return previous, previous_ttl, max(0, int(info["used"]) - math.floor(weighted)), current_ttl
+
+
+def _pattern(prefix: str) -> str:
+    escaped = "".join("\\" + c if c in "*?[]\\" else c for c in prefix)
+    return f"{escaped}:*"
+
+
+def _raise_missing(error: Exception) -> None:
+    missing = module_missing(error)
+    if missing is not None:
+        raise missing from error
+
+
+def _cluster_options(uri: str, node: Any, options: Any) -> Any:
+    """RedisCluster's arguments from ``throttle+cluster://[user:password@]host:port[,host:port...]``."""
+    parsed = parse_storage_uri(uri)
+    if parsed.locations:
+        options.setdefault("startup_nodes", [node(host, port) for host, port in parsed.locations])
+    if parsed.username:
+        options.setdefault("username", parsed.username)
+    if parsed.password:
+        options.setdefault("password", parsed.password)
+    return options
+
+
+class _Keys:
+    """Keys and errors, the same for the sync and async storages."""
+
+    key_prefix: str
+
+    @property
+    def base_exceptions(self) -> Any:
+        return redis.RedisError
+
+    def prefixed_key(self, key: str) -> str:
+        return f"{self.key_prefix}:{key}"
+
+    def _sliding_key(self, key: str) -> str:
+        # limits' Redis storage keeps its sliding windows apart from the key the
+        # other two strategies share, under {key}: so does this one. Its windows
+        # are the module's, aligned on the Unix epoch like limits' memory and
+        # memcached storages (hence TimestampedSlidingWindow).
+        return self.prefixed_key(f"{{{key}}}")
+
+
+# ------------------------------------------------------------ sync
+
+class ThrottleStorage(
+    _Keys,
+    base.Storage, base.MovingWindowSupport, base.SlidingWindowCounterSupport, base.TimestampedSlidingWindow
+):
+    """limits storage on the THROTTLE commands of one Redis server: ``throttle://host:port``.
+
+    ``key_prefix`` (default ``THROTTLE``) goes before every key, apart from
+    limits' own Redis storage (``LIMITS``), whose string and list keys the
+    module's types could not share. Other options go to redis.Redis.from_url
+    (``protocol``, ``socket_timeout``, ...); ``connection_pool`` reuses a pool.
+    """
+
+    STORAGE_SCHEME = ["throttle"]
+
+    def __init__(
+        self,
+        uri: str,
+        key_prefix: str = PREFIX,
+        wrap_exceptions: bool = False,
+        connection_pool: Optional[redis.ConnectionPool] = None,
+        **options: Any,
+    ) -> None:
+        super().__init__(uri, wrap_exceptions=wrap_exceptions, **options)
+        self.key_prefix = key_prefix
+        self.storage = self._client(uri, connection_pool, **options)
+
+    def _client(self, uri: str, connection_pool: Optional[redis.ConnectionPool], **options: Any) -> Any:
+        if connection_pool is not None:
+            return redis.Redis(connection_pool=connection_pool, **options)
+        return redis.Redis.from_url("redis" + uri[uri.index(":"):], **options)
+
+    def _execute(self, *args: Any) -> Any:
+        try:
+            return self.storage.execute_command(*args)
+        except Exception as error:
+            _raise_missing(error)
+            raise
+
+    def incr(self, key: str, expiry: int, amount: int = 1) -> int:
+        """Counts every hit, admitted or not, as limits' fixed window expects: THROTTLE.FIXED with the largest limit."""
+        return _count(self._execute(*_incr(self.prefixed_key(key), expiry, amount)))
+
+    def get(self, key: str) -> int:
+        return _used(self._execute("THROTTLE.INFO", self.prefixed_key(key)))
+
+    def get_expiry(self, key: str) -> float:
+        return _expiry(self._execute("PTTL", self.prefixed_key(key)))
+
+    def acquire_entry(self, key: str, limit: int, expiry: int, amount: int = 1) -> bool:
+        return _allowed(self._execute(*_sliding(self.prefixed_key(key), limit, expiry, amount, exact=True)))
+
+    def get_moving_window(self, key: str, limit: int, expiry: int) -> Tuple[float, int]:
+        return _moving_window(self._execute(*_sliding(self.prefixed_key(key), limit, expiry, 0, exact=True)), expiry)
+
+    def acquire_sliding_window_entry(self, key: str, limit: int, expiry: int, amount: int = 1) -> bool:
+        return _allowed(self._execute(*_sliding(self._sliding_key(key), limit, expiry, amount, exact=False)))
+
+    def get_sliding_window(self, key: str, expiry: int) -> Tuple[int, float, int, float]:
+        return _sliding_window(self._execute("THROTTLE.INFO", self._sliding_key(key)), expiry)
+
+    def clear(self, key: str) -> None:
+        self.storage.delete(self.prefixed_key(key))
+
+    def clear_sliding_window(self, key: str, expiry: int) -> None:
+        self.storage.delete(self._sliding_key(key))
+
+    def check(self) -> bool:
+        """True when the server answers and has the module."""
+        try:
+            self._execute("THROTTLE.INFO", self.prefixed_key("check"))
+            return True
+        except Exception:
+            return False
+
+    def reset(self) -> Optional[int]:
+        """Deletes every key under the prefix (SCAN and UNLINK, on every node of a cluster); returns how many."""
+        deleted = 0
+        batch: List[Any] = []
+        for key in self.storage.scan_iter(match=_pattern(self.key_prefix), count=1000):
+            batch.append(key)
+            if len(batch) == 500:
+                deleted += self.storage.unlink(*batch)
+                batch = []
+        if batch:
+            deleted += self.storage.unlink(*batch)
+        return deleted
+
+
+class ThrottleClusterStorage(ThrottleStorage):
+    """``throttle+cluster://host:port[,host:port...]`` on redis.cluster.RedisCluster."""
+
+    STORAGE_SCHEME = ["throttle+cluster"]
+
+    def _client(self, uri: str, connection_pool: Optional[redis.ConnectionPool], **options: Any) -> Any:
+        return redis.cluster.RedisCluster(**_cluster_options(uri, redis.cluster.ClusterNode, options))
+
+
+# ------------------------------------------------------------ async
+
+class AsyncThrottleStorage(
+    _Keys,
+    aio_base.Storage, aio_base.MovingWindowSupport, aio_base.SlidingWindowCounterSupport, base.TimestampedSlidingWindow
+):
+    """ThrottleStorage for limits' asyncio strategies: ``async+throttle://host:port`` on redis.asyncio."""
+
+    STORAGE_SCHEME = ["async+throttle"]
+
+    def __init__(
+        self,
+        uri: str,
+        key_prefix: str = PREFIX,
+        wrap_exceptions: bool = False,
+        connection_pool: Optional[redis.asyncio.ConnectionPool] = None,
+        **options: Any,
+    ) -> None:
+        super().__init__(uri, wrap_exceptions=wrap_exceptions, **options)
+        self.key_prefix = key_prefix
+        self.storage = self._client(uri, connection_pool, **options)
+
+    def _client(self, uri: str, connection_pool: Any, **options: Any) -> Any:
+        if connection_pool is not None:
+            return redis.asyncio.Redis(connection_pool=connection_pool, **options)
+        return redis.asyncio.Redis.from_url("redis" + uri[uri.index(":"):], **options)
+
+    async def _execute(self, *args: Any) -> Any:
+        try:
+            return await self.storage.execute_command(*args)
+        except Exception as error:
+            _raise_missing(error)
+            raise
+
+    async def incr(self, key: str, expiry: int, amount: int = 1) -> int:
+        return _count(await self._execute(*_incr(self.prefixed_key(key), expiry, amount)))
+
+    async def get(self, key: str) -> int:
+        return _used(await self._execute("THROTTLE.INFO", self.prefixed_key(key)))
+
+    async def get_expiry(self, key: str) -> float:
+        return _expiry(await self._execute("PTTL", self.prefixed_key(key)))
+
+    async def acquire_entry(self, key: str, limit: int, expiry: int, amount: int = 1) -> bool:
+        return _allowed(await self._execute(*_sliding(self.prefixed_key(key), limit, expiry, amount, exact=True)))
+
+    async def get_moving_window(self, key: str, limit: int, expiry: int) -> Tuple[float, int]:
+        return _moving_window(await self._execute(*_sliding(self.prefixed_key(key), limit, expiry, 0, exact=True)), expiry)
+
+    async def acquire_sliding_window_entry(self, key: str, limit: int, expiry: int, amount: int = 1) -> bool:
+        return _allowed(await self._execute(*_sliding(self._sliding_key(key), limit, expiry, amount, exact=False)))
+
+    async def get_sliding_window(self, key: str, expiry: int) -> Tuple[int, float, int, float]:
+        return _sliding_window(await self._execute("THROTTLE.INFO", self._sliding_key(key)), expiry)
+
+    async def clear(self, key: str) -> None:
+        await self.storage.delete(self.prefixed_key(key))
+
+    async def clear_sliding_window(self, key: str, expiry: int) -> None:
+        await self.storage.delete(self._sliding_key(key))
+
+    async def check(self) -> bool:
+        try:
+            await self._execute("THROTTLE.INFO", self.prefixed_key("check"))
+            return True
+        except Exception:
+            return False
+
+    async def reset(self) -> Optional[int]:
+        deleted = 0
+        batch: List[Any] = []
+        async for key in self.storage.scan_iter(match=_pattern(self.key_prefix), count=1000):
+            batch.append(key)
+            if len(batch) == 500:
+                deleted += await self.storage.unlink(*batch)
+                batch = []
+        if batch:
+            deleted += await self.storage.unlink(*batch)
+        return deleted
+
+
+class AsyncThrottleClusterStorage(AsyncThrottleStorage):
+    """``async+throttle+cluster://host:port[,host:port...]`` on redis.asyncio.cluster.RedisCluster."""
+
+    STORAGE_SCHEME = ["async+throttle+cluster"]
+
+    def _client(self, uri: str, connection_pool: Any, **options: Any) -> Any:
+        node = redis.asyncio.cluster.ClusterNode
+        return redis.asyncio.cluster.RedisCluster(**_cluster_options(uri, node, options))

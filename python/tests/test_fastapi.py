@@ -1,0 +1,76 @@
+"""SlowAPI with Limiter(storage_uri="throttle://...") on a FastAPI app,
+through FastAPI's test client, side by side with limits' own Redis storage."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from fastapi import FastAPI, Request, Response
+from fastapi.testclient import TestClient
+from slowapi import Limiter, _rate_limit_exceeded_handler
+from slowapi.errors import RateLimitExceeded
+from slowapi.util import get_remote_address
+
+import redis_throttle  # noqa: F401  (registers throttle://)
+
+STRATEGIES = ["fixed-window", "moving-window", "sliding-window-counter"]
+
+
+def make_app(storage_uri, strategy):
+    limiter = Limiter(key_func=get_remote_address, storage_uri=storage_uri, strategy=strategy, headers_enabled=True)
+    app = FastAPI()
+    app.state.limiter = limiter
+    app.add_exception_handler(RateLimitExceeded, _rate_limit_exceeded_handler)
+
+    @app.get("/items")
+    @limiter.limit("3/minute")
+    async def items(request: Request, response: Response):
+        return {"ok": True}
+
+    @app.get("/sync")
+    @limiter.limit("2/minute")
+    def sync_items(request: Request, response: Response):
+        return {"ok": True}
+
+    return app, limiter
+
+
+def run(app, n, path="/items"):
+    with TestClient(app) as client:
+        out = []
+        for _ in range(n):
+            response = client.get(path)
+            out.append((response.status_code, {name: response.headers.get(name) for name in
+                                               ("X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "Retry-After")},
+                        time.time()))
+        return out
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_headers_side_by_side(server, r, strategy):
+    ours, _ = make_app(f"throttle://{server.url}", strategy)
+    theirs, _ = make_app(f"redis://{server.url}", strategy)
+    start = time.time()
+    a, b = run(ours, 5), run(theirs, 5)
+    assert [s for s, _, _ in a] == [s for s, _, _ in b] == [200, 200, 200, 429, 429]
+    assert [h["X-RateLimit-Remaining"] for _, h, _ in a] == ["2", "1", "0", "0", "0"]
+    for (_, mine, at), (_, limits_own, _) in zip(a, b):
+        assert mine["X-RateLimit-Limit"] == limits_own["X-RateLimit-Limit"] == "3"
+        assert mine["X-RateLimit-Remaining"] == limits_own["X-RateLimit-Remaining"]
+        reset = float(mine["X-RateLimit-Reset"])  # SlowAPI: 1 + the reset time, as a float
+        if strategy == "sliding-window-counter":
+            assert reset == pytest.approx((int(start) // 60 + 1) * 60 + 1, abs=0.05)
+        else:
+            assert reset == pytest.approx(float(limits_own["X-RateLimit-Reset"]), abs=1)
+            assert start + 61 <= reset <= at + 61
+        assert int(mine["Retry-After"]) == pytest.approx(reset - at, abs=1)
+
+
+def test_sync_endpoint_and_reset(server, r):
+    app, limiter = make_app(f"throttle://{server.url}", "moving-window")
+    assert [(s, h["X-RateLimit-Remaining"]) for s, h, _ in run(app, 3, "/sync")] == [
+        (200, "1"), (200, "0"), (429, "0")]
+    limiter.reset()
+    assert r.keys("THROTTLE:*") == []
+    assert run(app, 1, "/sync")[0][0] == 200

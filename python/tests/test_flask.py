@@ -1,0 +1,114 @@
+"""Flask-Limiter with storage_uri="throttle://...", through Flask's test
+client, side by side with limits' own Redis storage ("redis://") on the same
+server: the same status codes and X-RateLimit-Limit/Remaining headers, and
+reset times where both storages define them alike."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import pytest
+from flask import Flask
+from flask_limiter import Limiter
+from flask_limiter.util import get_remote_address
+
+import redis_throttle  # noqa: F401  (registers throttle://)
+
+STRATEGIES = ["fixed-window", "moving-window", "sliding-window-counter"]
+
+
+def make_app(storage_uri, strategy):
+    app = Flask(__name__)
+    limiter = Limiter(get_remote_address, app=app, storage_uri=storage_uri, strategy=strategy,
+                      headers_enabled=True, default_limits=["100/hour"])
+    seen = []
+
+    @app.route("/")
+    @limiter.limit("3/minute")
+    def index():
+        seen.append(limiter.current_limit)
+        return "ok"
+
+    @app.route("/open")
+    def open_():  # the default limit
+        return "open"
+
+    return app, limiter, seen
+
+
+def run(app, n, path="/"):
+    client = app.test_client()
+    out = []
+    for _ in range(n):
+        response = client.get(path)
+        out.append((response.status_code, {name: response.headers.get(name) for name in
+                                           ("X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "Retry-After")},
+                    time.time()))
+    return out
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_headers_side_by_side(server, r, strategy):
+    ours, _, _ = make_app(f"throttle://{server.url}", strategy)
+    theirs, _, _ = make_app(f"redis://{server.url}", strategy)
+    start = time.time()
+    a, b = run(ours, 5), run(theirs, 5)
+    assert [status for status, _, _ in a] == [200, 200, 200, 429, 429]
+    assert [status for status, _, _ in b] == [200, 200, 200, 429, 429]
+    for (_, mine, _), (_, limits_own, _) in zip(a, b):
+        assert mine["X-RateLimit-Limit"] == limits_own["X-RateLimit-Limit"] == "3"
+        assert mine["X-RateLimit-Remaining"] == limits_own["X-RateLimit-Remaining"]
+    assert [h["X-RateLimit-Remaining"] for _, h, _ in a] == ["2", "1", "0", "0", "0"]
+    for _, headers, at in a:
+        reset = int(headers["X-RateLimit-Reset"])
+        if strategy == "sliding-window-counter":  # the module's windows are aligned on the Unix epoch
+            assert reset == (int(start) // 60 + 1) * 60 + 1
+        else:  # a minute after the first (fixed) or newest (moving) admitted request, plus Flask-Limiter's 1
+            assert int(start) + 60 <= reset <= int(at) + 62
+        assert int(headers["Retry-After"]) == pytest.approx(reset - at, abs=1)
+    if strategy != "sliding-window-counter":  # limits' Redis windows start at the first hit
+        for (_, mine, _), (_, limits_own, _) in zip(a, b):
+            assert abs(int(mine["X-RateLimit-Reset"]) - int(limits_own["X-RateLimit-Reset"])) <= 1
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_clear_and_reset(server, r, strategy):
+    app, limiter, seen = make_app(f"throttle://{server.url}", strategy)
+    assert [s for s, _, _ in run(app, 4)] == [200, 200, 200, 429]
+    current = seen[-1]  # what Flask-Limiter's clear command clears: the limit and its key
+    limiter.limiter.clear(current.limit, *current.request_args)
+    assert [(s, h["X-RateLimit-Remaining"]) for s, h, _ in run(app, 1)] == [(200, "2")]
+    stats = limiter.limiter.get_window_stats(current.limit, *current.request_args)
+    assert stats.remaining == 2
+    assert [s for s, _, _ in run(app, 3)] == [200, 200, 429]
+    limiter.reset()
+    assert r.keys("THROTTLE:*") == []
+    assert [(s, h["X-RateLimit-Remaining"]) for s, h, _ in run(app, 1)] == [(200, "2")]
+
+
+def test_default_limits(server, r):
+    app, _, _ = make_app(f"throttle://{server.url}", "fixed-window")
+    statuses = run(app, 3, "/open")
+    assert [(s, h["X-RateLimit-Limit"], h["X-RateLimit-Remaining"]) for s, h, _ in statuses] == [
+        (200, "100", "99"), (200, "100", "98"), (200, "100", "97")]
+
+
+def test_window_passes(server, r):
+    """Real clock: a one-second limit lets requests through again (polled with a deadline)."""
+    app = Flask(__name__)
+    limiter = Limiter(get_remote_address, app=app, storage_uri=f"throttle://{server.url}", headers_enabled=True)
+
+    @app.route("/")
+    @limiter.limit("1/second")
+    def index():
+        return "ok"
+
+    client = app.test_client()
+    assert client.get("/").status_code == 200
+    limited = client.get("/")
+    assert limited.status_code == 429 and math.isclose(int(limited.headers["Retry-After"]), 1, abs_tol=1)
+    deadline = time.monotonic() + 3
+    while client.get("/").status_code == 429:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)

@@ -1,0 +1,165 @@
+"""Each limits strategy on throttle://: decisions, stats, clear, reset, the
+keys' types, and one module command per storage call."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from limits import RateLimitItemPerMinute, RateLimitItemPerSecond, parse
+from limits.storage import storage_from_string
+from limits.strategies import (
+    STRATEGIES,
+    FixedWindowRateLimiter,
+    MovingWindowRateLimiter,
+    SlidingWindowCounterRateLimiter,
+)
+
+import redis_throttle  # noqa: F401
+from redis_throttle.limits_storage import ThrottleStorage
+
+TYPES = {"fixed-window": b"thr-fixed", "moving-window": b"thr-exact", "sliding-window-counter": b"thr-slide"}
+
+
+@pytest.fixture
+def storage(server, r):
+    return storage_from_string(f"throttle://{server.url}")
+
+
+def commands(r):
+    """Calls per command (lower case) since the last CONFIG RESETSTAT, less the test's own."""
+    stats = {name[len("cmdstat_"):].lower(): value["calls"] for name, value in r.info("commandstats").items()}
+    return {name: calls for name, calls in stats.items() if name not in ("info", "config|resetstat")}
+
+
+def test_scheme_is_registered(storage):
+    assert isinstance(storage, ThrottleStorage)
+    assert storage.check()
+
+
+@pytest.mark.parametrize("strategy", sorted(STRATEGIES))
+def test_strategy(storage, r, strategy):
+    limiter = STRATEGIES[strategy](storage)
+    item = parse("5/minute")
+    assert limiter.test(item, "user")
+    assert limiter.get_window_stats(item, "user").remaining == 5
+    before = time.time()
+    assert [limiter.hit(item, "user") for _ in range(6)] == [True] * 5 + [False]
+    assert not limiter.test(item, "user")
+    stats = limiter.get_window_stats(item, "user")
+    assert stats.remaining == 0
+    if strategy == "sliding-window-counter":  # the epoch-aligned window's end
+        assert stats.reset_time == pytest.approx((int(before) // 60 + 1) * 60, abs=1)
+    else:  # a minute after the hits
+        assert before + 59 <= stats.reset_time <= time.time() + 61
+    assert limiter.get_window_stats(item, "other").remaining == 5
+    keys = r.keys("THROTTLE:*")
+    assert len(keys) == 1 and r.type(keys[0]) == TYPES[strategy]
+    limiter.clear(item, "user")
+    assert r.keys("THROTTLE:*") == []
+    assert limiter.hit(item, "user")
+
+
+@pytest.mark.parametrize("strategy", ["moving-window", "sliding-window-counter"])
+def test_cost(storage, strategy):
+    """A refused hit changes nothing (the fixed window counts it: see below)."""
+    limiter = STRATEGIES[strategy](storage)
+    item = parse("10/minute")
+    assert limiter.hit(item, "k", cost=7)
+    assert not limiter.hit(item, "k", cost=4)
+    assert limiter.test(item, "k", cost=3) and not limiter.test(item, "k", cost=4)
+    assert limiter.hit(item, "k", cost=3)
+    assert not limiter.hit(item, "k")
+
+
+def test_fixed_window_counts_refused_hits_like_limits(storage):
+    """incr is limits' unbounded counter: refused hits count, as in its Redis storage."""
+    item = parse("10/minute")
+    assert storage.incr(item.key_for("k"), 60, amount=7) == 7
+    assert storage.incr(item.key_for("k"), 60, amount=4) == 11
+    assert storage.get(item.key_for("k")) == 11
+    limiter = FixedWindowRateLimiter(storage)
+    assert not limiter.hit(item, "k") and not limiter.test(item, "k")
+    assert limiter.get_window_stats(item, "k").remaining == 0
+
+
+@pytest.mark.parametrize("strategy", sorted(STRATEGIES))
+def test_one_module_command_per_call(storage, r, strategy):
+    limiter = STRATEGIES[strategy](storage)
+    item = parse("3/minute")
+    limiter.hit(item, "warm")
+    r.config_resetstat()
+    limiter.hit(item, "k")
+    hit = commands(r)
+    r.config_resetstat()
+    limiter.get_window_stats(item, "k")
+    stats = commands(r)
+    assert sum(hit.values()) == 1 and not any(name.startswith(("eval", "evalsha", "fcall")) for name in stats)
+    expected = {
+        "fixed-window": ({"throttle.fixed": 1}, {"throttle.info": 1, "pttl": 1}),
+        "moving-window": ({"throttle.sliding": 1}, {"throttle.sliding": 1}),
+        "sliding-window-counter": ({"throttle.sliding": 1}, {"throttle.info": 1}),
+    }[strategy]
+    assert (hit, stats) == expected
+
+
+def test_window_resets(storage):
+    """Real clock: one-second windows let calls through again once they pass (polled with a deadline)."""
+    item = RateLimitItemPerSecond(2)
+    for limiter in (FixedWindowRateLimiter(storage), MovingWindowRateLimiter(storage)):
+        key = type(limiter).__name__
+        assert limiter.hit(item, key) and limiter.hit(item, key) and not limiter.hit(item, key)
+        deadline = time.monotonic() + 3
+        while not limiter.hit(item, key):
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+
+
+def test_sliding_window_counter_stats_match_the_module(storage, r):
+    """remaining from get_window_stats is exactly what the module admits next."""
+    limiter = SlidingWindowCounterRateLimiter(storage)
+    item = RateLimitItemPerMinute(10)
+    for _ in range(4):
+        limiter.hit(item, "s")
+    remaining = limiter.get_window_stats(item, "s").remaining
+    assert remaining == 6
+    assert all(limiter.hit(item, "s") for _ in range(remaining))
+    assert not limiter.hit(item, "s")
+
+
+def test_reset_deletes_only_its_prefix(storage, r):
+    r.set("LIMITS:LIMITER/other", 1)
+    r.set("unrelated", 1)
+    limiter = FixedWindowRateLimiter(storage)
+    for i in range(1200):  # more than one SCAN and UNLINK batch
+        limiter.hit(RateLimitItemPerMinute(1), str(i))
+    assert storage.reset() == 1200
+    assert sorted(r.keys("*")) == [b"LIMITS:LIMITER/other", b"unrelated"]
+
+
+def test_key_prefix_option(server, r):
+    storage = storage_from_string(f"throttle://{server.url}", key_prefix="app1")
+    FixedWindowRateLimiter(storage).hit(parse("1/second"), "k")
+    assert r.keys("*") == [b"app1:LIMITER/k/1/1/second"]
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_both_protocols_through_the_uri(server, r, protocol):
+    storage = storage_from_string(f"throttle://{server.url}/0?protocol={protocol}")
+    assert storage.storage.connection_pool.connection_kwargs["protocol"] == protocol
+    for strategy in STRATEGIES.values():
+        limiter = strategy(storage)
+        item = parse("2/minute")
+        key = f"{strategy.__name__}{protocol}"
+        assert [limiter.hit(item, key) for _ in range(3)] == [True, True, False]
+        assert limiter.get_window_stats(item, key).remaining == 0
+
+
+def test_connection_pool_option(server, r):
+    import redis
+
+    pool = redis.ConnectionPool(host="127.0.0.1", port=server.port, protocol=2)
+    storage = storage_from_string("throttle://", connection_pool=pool)
+    assert storage.storage.connection_pool is pool
+    assert FixedWindowRateLimiter(storage).hit(parse("1/second"), "pooled")
+    assert r.type("THROTTLE:LIMITER/pooled/1/1/second") == b"thr-fixed"
