@@ -32,19 +32,19 @@ export interface FastifyStore {
 
 /**
  * The options of @fastify/rate-limit that count requests past the limit,
- * which the module does not do (a refused request changes nothing).
- * `ban: 0` (403 instead of 429 from the first refused request) works.
+ * which the module does not do (a refused request changes nothing); null
+ * when there are none. `ban: 0` (403 instead of 429 from the first refused
+ * request) works.
  */
-function refuseUnsupported(params: PluginParams): void {
-  const unsupported: string[] = [];
-  if (params.continueExceeding) unsupported.push('continueExceeding (a refused request restarts the window)');
-  if (params.exponentialBackoff) unsupported.push('exponentialBackoff (each refused request doubles the window)');
-  if (typeof params.ban === 'number' && params.ban > 0) unsupported.push(`ban: ${params.ban} (counts refused requests; ban: 0 works)`);
-  if (unsupported.length > 0) {
-    throw new Error(
-      `redis-throttle: the fastify store does not support ${unsupported.join(', ')}: the module never counts a refused request. See the package README.`,
-    );
-  }
+function unsupported(params: PluginParams): Error | null {
+  const found: string[] = [];
+  if (params.continueExceeding) found.push('continueExceeding (a refused request restarts the window)');
+  if (params.exponentialBackoff) found.push('exponentialBackoff (each refused request doubles the window)');
+  if (typeof params.ban === 'number' && params.ban > 0) found.push(`ban: ${params.ban} (counts refused requests; ban: 0 works)`);
+  if (found.length === 0) return null;
+  return new Error(
+    `redis-throttle: the fastify store does not support ${found.join(', ')}: the module never counts a refused request. See the package README.`,
+  );
 }
 
 /**
@@ -62,15 +62,27 @@ export function createFastifyStore(client: RedisClientLike, options: FastifyStor
 
   class ThrottleFastifyStore implements FastifyStore {
     readonly #throttle: Throttle;
-    readonly #prefix: string;
+    /** Options this store cannot honour: every call fails with this error. */
+    readonly #refused: Error | null;
 
-    constructor(params: PluginParams = {}, prefix = basePrefix) {
-      refuseUnsupported(params);
-      this.#prefix = prefix;
-      this.#throttle = new Throttle(client, { prefix });
+    /**
+     * The plugin constructs the global store with its global options, and a
+     * child for each route with a limit of its own. A store that would serve
+     * requests under options it cannot honour refuses them at once; the
+     * global store under `global: false` serves only createRateLimit(), and
+     * fails there instead, so that routes can turn such an option off.
+     */
+    constructor(params: PluginParams & { global?: boolean } = {}, prefix?: string) {
+      this.#refused = unsupported(params);
+      if (this.#refused && (prefix !== undefined || params.global !== false)) throw this.#refused;
+      this.#throttle = new Throttle(client, { prefix: prefix ?? basePrefix });
     }
 
     #run(key: string, callback: Callback, timeWindow: number, max: number, cost: number): void {
+      if (this.#refused) {
+        callback(this.#refused);
+        return;
+      }
       if (max < 1) {
         // max 0 refuses everything: there is nothing to count.
         callback(null, { current: cost === 0 ? 0 : 1, ttl: cost === 0 ? 0 : timeWindow });
@@ -101,7 +113,7 @@ export function createFastifyStore(client: RedisClientLike, options: FastifyStor
     /** A route's own limit (`config.rateLimit`): its own keys, as the plugin's Redis store keeps them. */
     child(routeOptions: PluginParams): FastifyStore {
       const { method, url } = routeOptions.routeInfo ?? {};
-      return new ThrottleFastifyStore(routeOptions, method && url ? `${this.#prefix}${method}${url}-` : this.#prefix);
+      return new ThrottleFastifyStore(routeOptions, method && url ? `${basePrefix}${method}${url}-` : basePrefix);
     }
   }
   return ThrottleFastifyStore;
