@@ -54,6 +54,7 @@ test: build servers
 	THROTTLE_REDIS_SERVER=$(VALKEY_8) $(CARGO) test --test '*'
 	@$(MAKE) --no-print-directory valgrind-short
 	@$(MAKE) --no-print-directory test-laravel
+	@$(MAKE) --no-print-directory test-node
 
 # Benchmarks: criterion micro-benchmarks, then redis-benchmark against INCR
 # and the Lua scripts it replaces; writes bench/results.md and bench/chart.svg.
@@ -135,3 +136,18 @@ test-laravel: build
 	$(call apt_install,$(PHP_APT_PACKAGES))
 	cd laravel && HOME="$${HOME:-/tmp}" COMPOSER_ALLOW_SUPERUSER=1 composer validate --strict --no-check-publish --no-check-lock
 	cd laravel && THROTTLE_MODULE=$(abspath $(BUILT_SO)) phpunit
+
+# make test-node  the npm package (node/): npm ci (package-lock.json pins the
+# frameworks and clients), its build, then its node --test suite against the
+# freshly built module. Needs Node 20 or later and npm; installs Debian's
+# when there is no node at all (as root).
+.PHONY: test-node
+test-node: build
+	@if ! command -v node >/dev/null || ! command -v npm >/dev/null; then \
+	  if [ "$$(id -u)" != 0 ]; then echo "make test-node needs Node 20 or later and npm"; exit 1; fi; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nodejs npm; \
+	fi
+	@node -e 'if (+process.versions.node.split(".")[0] < 20) { console.error("make test-node needs Node 20 or later (NestJS 12, node-redis 6); found " + process.version); process.exit(1) }'
+	cd node && npm ci --no-audit --no-fund --loglevel=error
+	cd node && npm run build
+	cd node && THROTTLE_MODULE=$(abspath $(BUILT_SO)) npm test
