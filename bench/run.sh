@@ -47,3 +47,4 @@ done
 
 echo "== 3/3 report" >&2
 python3 bench/report.py "$target/criterion" "$start" bench "${runs[@]}"
+node bench/node.mjs "$module" bench/node.md

@@ -91,21 +91,27 @@ function flag(value: unknown, what: string, reply: unknown): boolean {
   return n === 1;
 }
 
+/** The five values of a reply, in FIELDS order, from any of its shapes; null when it has none of them. */
+function fiveValues(reply: unknown): unknown[] | null {
+  if (Array.isArray(reply)) {
+    if (reply.length === 5) return reply; // RESP2
+    // ioredis's RESP3 map: the module sends the fields in this order.
+    if (reply.length === 10 && FIELDS.every((name, i) => reply[2 * i] === name)) return FIELDS.map((_, i) => reply[2 * i + 1]);
+  } else if (reply !== null && typeof reply === 'object' && !(reply instanceof Map) && !(reply instanceof Uint8Array)) {
+    // node-redis's RESP3 map (an object, with a null prototype)
+    const map = reply as Record<string, unknown>;
+    if (FIELDS.every((name) => name in map)) return FIELDS.map((name) => map[name]);
+  }
+  const entries = mapEntries(reply);
+  if (!entries) return null;
+  const byName = new Map(entries);
+  return FIELDS.every((name) => byName.has(name)) ? FIELDS.map((name) => byName.get(name)) : null;
+}
+
 /** One five-field reply: an array of five integers or a map of the five fields. */
 export function parseResult(reply: unknown, what = 'a THROTTLE command'): ThrottleResult {
-  let values: unknown[];
-  const entries = mapEntries(reply);
-  if (entries) {
-    const byName = new Map(entries);
-    values = FIELDS.map((name) => {
-      if (!byName.has(name)) throw unexpected(what, reply);
-      return byName.get(name);
-    });
-  } else if (Array.isArray(reply) && reply.length === 5) {
-    values = reply;
-  } else {
-    throw unexpected(what, reply);
-  }
+  const values = fiveValues(reply);
+  if (!values) throw unexpected(what, reply);
   return {
     allowed: flag(values[0], what, reply),
     limit: integer(values[1], what, reply),
