@@ -64,6 +64,8 @@ export class ExpressStore {
    * reset time express-rate-limit sends none), so that it is not paid out.
    */
   readonly #refused = new Map<string, number[]>();
+  /** When #refused holds more keys than this, the ones whose times have all passed are dropped. */
+  #sweepAt = 1000;
 
   constructor(options: ExpressStoreOptions) {
     const given = (['sendCommand', 'sendCommandCluster', 'client'] as const).filter((name) => options?.[name] !== undefined);
@@ -86,9 +88,12 @@ export class ExpressStore {
     this.#windowMs = options.windowMs;
     const limit = options.limit ?? options.max;
     this.#limit = typeof limit === 'number' && limit >= 1 ? Math.floor(limit) : undefined;
-    if (this.#limit === undefined && (this.#algorithm === 'token' || this.#algorithm === 'leaky')) {
+    // Counting hits for a limit express-rate-limit decides takes a window
+    // that never refuses: a bucket's limit is also its rate, and an exact
+    // log would keep an entry per request.
+    if (this.#limit === undefined && this.#algorithm !== 'fixed' && this.#algorithm !== 'sliding') {
       throw new TypeError(
-        `redis-throttle: ExpressStore with algorithm '${this.#algorithm}' needs a fixed limit of at least 1 (a number, not a function)`,
+        `redis-throttle: ExpressStore with algorithm '${this.#algorithm}' needs a fixed limit of at least 1 (a number, not a function); 'fixed' and 'sliding' take any`,
       );
     }
     this.#skipFailed = options.skipFailedRequests === true;
@@ -113,8 +118,17 @@ export class ExpressStore {
       const until = this.#refused.get(key) ?? [];
       until.push(info.resetTime!.getTime());
       this.#refused.set(key, until);
+      if (this.#refused.size > this.#sweepAt) this.#sweep(now);
     }
     return info;
+  }
+
+  /** Forgets refused requests whose refund can no longer come (a refund that never came, say under a requestWasSuccessful that counts 429 as a success). */
+  #sweep(now: number): void {
+    for (const [key, until] of this.#refused) {
+      if (until.every((t) => t <= now)) this.#refused.delete(key);
+    }
+    this.#sweepAt = Math.max(1000, 2 * this.#refused.size);
   }
 
   /** A refund: gives back the unit the request took (nothing for a request that was refused). */

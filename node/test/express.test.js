@@ -202,9 +202,12 @@ describe('ExpressStore options', () => {
     assert.throws(() => new ExpressStore({ client: nodeRedis, algorithm: 'gcra' }), /unknown algorithm/);
   });
 
-  it('token and leaky need a fixed limit', () => {
-    const store = new ExpressStore({ client: nodeRedis, algorithm: 'leaky' });
-    assert.throws(() => store.init({ windowMs: 1000, limit: () => 5 }), /needs a fixed limit of at least 1/);
+  it('token, leaky and sliding-exact need a fixed limit', () => {
+    for (const algorithm of ['token', 'leaky', 'sliding-exact']) {
+      const store = new ExpressStore({ client: nodeRedis, algorithm });
+      assert.throws(() => store.init({ windowMs: 1000, limit: () => 5 }), /needs a fixed limit of at least 1/);
+    }
+    new ExpressStore({ client: nodeRedis, algorithm: 'sliding' }).init({ windowMs: 1000, limit: () => 5 });
   });
 
   it('client: a node-redis or ioredis client directly', async (t) => {

@@ -31,7 +31,7 @@ export async function freePort() {
   }
 }
 
-/** Sends one command in RESP and resolves to the first line of the reply. */
+/** Resolves to whether a server on `port` answers PING with PONG. */
 function ping(port) {
   return new Promise((resolve) => {
     const socket = net.connect({ port, host: '127.0.0.1' });
