@@ -29,8 +29,8 @@ const seconds = (ms: number) => Math.ceil(Math.max(ms, 0) / 1000);
  * A refused request is blocked until the module admits again: Nest's
  * `Retry-After` is the module's `retry_after`. The module writes nothing on
  * a refused call, so `blockDuration` cannot start a longer penalty at that
- * moment (see the package README); `blockDuration: 0` is Nest's own
- * behaviour exactly.
+ * moment (see the package README); with `blockDuration: 0` it counts and
+ * blocks exactly as Nest's own storage does.
  */
 export class NestStorage {
   readonly #throttle: Throttle;
