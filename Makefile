@@ -55,6 +55,7 @@ test: build servers lint
 	@$(MAKE) --no-print-directory valgrind-short
 	@$(MAKE) --no-print-directory test-laravel
 	@$(MAKE) --no-print-directory test-python
+	@$(MAKE) --no-print-directory test-node
 
 # Benchmarks: criterion micro-benchmarks, then redis-benchmark against INCR
 # and the Lua scripts it replaces; writes bench/results.md and bench/chart.svg.
@@ -155,3 +156,17 @@ test-laravel: build
 .PHONY: test-python
 test-python: build
 	THROTTLE_MODULE=$(abspath $(BUILT_SO)) python/tests/run.sh
+
+# make test-node  the npm package (node/): npm ci (package-lock.json pins the
+# frameworks and clients), its build, then its node --test suite against the
+# freshly built module. Needs Node 20 or later with npm, as the project's
+# machines have (Debian 12's own nodejs is 18: too old for NestJS 12 and
+# node-redis 6).
+.PHONY: test-node
+test-node: build
+	@command -v node >/dev/null && command -v npm >/dev/null \
+	  && node -e 'process.exit(+process.versions.node.split(".")[0] >= 20 ? 0 : 1)' \
+	  || { echo "make test-node needs Node 20 or later and npm (found: $$(node --version 2>/dev/null || echo no node))"; exit 1; }
+	cd node && npm ci --no-audit --no-fund --loglevel=error
+	cd node && npm run build
+	cd node && THROTTLE_MODULE=$(abspath $(BUILT_SO)) npm test

@@ -48,3 +48,4 @@ done
 echo "== Flask-Limiter and SlowAPI, redis:// against throttle:// (bench/python_frameworks.py)" >&2 && python3 bench/python_frameworks.py "$module" bench/python-frameworks.md
 echo "== 3/3 report" >&2
 python3 bench/report.py "$target/criterion" "$start" bench "${runs[@]}"
+node bench/node.mjs "$module" bench/node.md

@@ -1,0 +1,193 @@
+// Building THROTTLE commands, and sending them through whichever client the
+// application has: one command per call, routed by its key in a cluster.
+
+/** The algorithms, by the names the module's types and THROTTLE.INFO use. */
+export type Algorithm = 'fixed' | 'sliding' | 'sliding-exact' | 'token' | 'leaky';
+
+/** Milliseconds (a positive integer), or one of the module's period strings: `'500ms'`, `'1s'`, `'15m'`, `'24h'`, `'7d'`. */
+export type Period = number | string;
+
+const ALGORITHMS: Record<Algorithm, { spec: string; exact: boolean }> = {
+  fixed: { spec: 'FIXED', exact: false },
+  sliding: { spec: 'SLIDING', exact: false },
+  'sliding-exact': { spec: 'SLIDING', exact: true },
+  token: { spec: 'TOKEN', exact: false },
+  leaky: { spec: 'LEAKY', exact: false },
+};
+
+export function checkAlgorithm(algorithm: string): Algorithm {
+  if (!Object.hasOwn(ALGORITHMS, algorithm)) {
+    throw new TypeError(
+      `redis-throttle: unknown algorithm ${JSON.stringify(algorithm)}: expected one of ${Object.keys(ALGORITHMS).join(', ')}`,
+    );
+  }
+  return algorithm as Algorithm;
+}
+
+/** One limit: what THROTTLE.<ALGORITHM> and a THROTTLE.ALL spec take. */
+export interface LimitSpec {
+  algorithm: Algorithm;
+  key: string;
+  limit: number;
+  period: Period;
+  /** TOKEN and LEAKY: the bucket's capacity (default: `limit`). */
+  burst?: number;
+}
+
+const UNIT_MS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
+
+/** A period as the module reads it: a number is milliseconds, a string is passed on as it is. */
+export function periodArg(period: Period, what = 'period'): string {
+  if (typeof period === 'number') {
+    if (!Number.isSafeInteger(period) || period < 1) {
+      throw new TypeError(`redis-throttle: ${what} must be a positive integer of milliseconds or a period string such as '1s', got ${period}`);
+    }
+    return `${period}ms`;
+  }
+  if (typeof period === 'string' && /^\d+(ms|s|m|h|d)?$/i.test(period)) return period;
+  throw new TypeError(`redis-throttle: ${what} must be milliseconds or a period string ('500ms', '1s', '15m', '24h', '7d'), got ${JSON.stringify(period)}`);
+}
+
+/** BLOCK takes milliseconds only: a period string is converted (a bare number string is seconds, as in the module). */
+export function blockArg(block: Period): string {
+  if (typeof block === 'number') {
+    if (!Number.isSafeInteger(block) || block < 0) {
+      throw new TypeError(`redis-throttle: block must be a non-negative integer of milliseconds (0: no time-out), got ${block}`);
+    }
+    return String(block);
+  }
+  const m = typeof block === 'string' ? /^(\d+)(ms|s|m|h|d)?$/i.exec(block) : null;
+  if (!m) throw new TypeError(`redis-throttle: block must be milliseconds or a period string, got ${JSON.stringify(block)}`);
+  const ms = BigInt(m[1]!) * BigInt(UNIT_MS[(m[2] ?? 's').toLowerCase()]!);
+  return ms.toString();
+}
+
+export function integerArg(value: number | bigint, what: string): string {
+  if (typeof value === 'bigint') return value.toString();
+  if (!Number.isSafeInteger(value)) throw new TypeError(`redis-throttle: ${what} must be an integer, got ${value}`);
+  return String(value);
+}
+
+export interface CallOptions {
+  /** Units this call asks for (default 1); 0 peeks, a negative cost gives units back. */
+  cost?: number;
+  /** Wait on the server up to this long to be admitted (milliseconds or a period string; 0: no time-out). */
+  block?: Period;
+  /** The call's time as Unix microseconds instead of the server's clock (tests, replays). */
+  at?: number | bigint;
+}
+
+/** A limit as THROTTLE.ALL takes it: ALGORITHM key limit period [BURST b] [EXACT]. */
+function specArgs(spec: LimitSpec): string[] {
+  const { spec: name, exact } = ALGORITHMS[checkAlgorithm(spec.algorithm)];
+  const args = [name, spec.key, integerArg(spec.limit, 'limit'), periodArg(spec.period)];
+  if (spec.burst !== undefined) args.push('BURST', integerArg(spec.burst, 'burst'));
+  if (exact) args.push('EXACT');
+  return args;
+}
+
+/** THROTTLE.<ALGORITHM> key limit period [BURST b] [EXACT] [COST n] [AT µs] [BLOCK ms]. */
+export function callArgs(spec: LimitSpec, options: CallOptions = {}): string[] {
+  const [name, ...rest] = specArgs(spec);
+  const args = [`THROTTLE.${name}`, ...rest];
+  if (options.cost !== undefined) args.push('COST', integerArg(options.cost, 'cost'));
+  if (options.at !== undefined) args.push('AT', integerArg(options.at, 'at'));
+  if (options.block !== undefined) args.push('BLOCK', blockArg(options.block));
+  return args;
+}
+
+/** THROTTLE.ALL [COST n] [AT µs] spec...: every spec's key must share a hash slot in a cluster. */
+export function allArgs(specs: LimitSpec[], options: Omit<CallOptions, 'block'> = {}): string[] {
+  if (specs.length === 0) throw new TypeError('redis-throttle: all() needs at least one limit');
+  const args = ['THROTTLE.ALL'];
+  if (options.cost !== undefined) args.push('COST', integerArg(options.cost, 'cost'));
+  if (options.at !== undefined) args.push('AT', integerArg(options.at, 'at'));
+  for (const spec of specs) args.push(...specArgs(spec));
+  return args;
+}
+
+/**
+ * The module is not loaded on the server: its commands are unknown there.
+ * `cause` is the server's own error.
+ */
+export class ThrottleModuleMissingError extends Error {
+  override name = 'ThrottleModuleMissingError';
+  constructor(command: string, cause: unknown) {
+    super(
+      `redis-throttle: the server has no ${command} command: the THROTTLE commands are missing because the redis-throttle module is not loaded. ` +
+        'Load it with the line `loadmodule /path/to/libredis_throttle.so` in redis.conf, ' +
+        'or `MODULE LOAD /path/to/libredis_throttle.so`, or `redis-server --loadmodule /path/to/libredis_throttle.so` ' +
+        `(server said: ${cause instanceof Error ? cause.message : String(cause)})`,
+      { cause },
+    );
+  }
+}
+
+/** Turns the server's "unknown command" for a THROTTLE command into ThrottleModuleMissingError. */
+export function explain(error: unknown, command: string): unknown {
+  const message = error instanceof Error ? error.message : typeof error === 'string' ? error : '';
+  if (/unknown command/i.test(message) && message.toUpperCase().includes(command.toUpperCase())) {
+    return new ThrottleModuleMissingError(command, error);
+  }
+  return error;
+}
+
+/**
+ * Sends one command (`args`: its name and arguments) and resolves to the
+ * reply; `key` is the key it acts on, for routing in a cluster.
+ */
+export type Send = (args: string[], key: string) => Promise<unknown>;
+
+/** What an application passes: a node-redis (v4-v6) or ioredis (v5-v6) client or cluster. */
+export type RedisClientLike = object;
+
+interface IoredisCommand {
+  keys?: unknown[];
+}
+
+/**
+ * The function that sends a command through `client`, and the key prefix
+ * the client applies to keys (ioredis's `keyPrefix`, which ioredis itself
+ * does not apply to commands it does not know).
+ */
+export function senderFor(client: RedisClientLike | Send): { send: Send; keyPrefix: string } {
+  if (typeof client === 'function') return { send: client as Send, keyPrefix: '' };
+  const c = client as Record<string, any>;
+  if (typeof c.call === 'function' && c.options && typeof c.options === 'object') {
+    // ioredis. It applies its keyPrefix, and a cluster routes, by the key
+    // positions of the commands it knows: Redis's own, not the module's. So
+    // its commands are built with keyPrefix off (the package prefixes every
+    // key itself) and, in a cluster, told their key, so that each goes
+    // straight to the node that serves it instead of a random node and a
+    // MOVED reply.
+    const keyPrefix = typeof c.options.keyPrefix === 'string' ? c.options.keyPrefix : '';
+    let routeKey: string | undefined;
+    const router = Object.create(client, {
+      options: { value: { ...c.options, keyPrefix: undefined, enableAutoPipelining: false } },
+      sendCommand: {
+        value(command: IoredisCommand, ...more: unknown[]) {
+          if (c.isCluster) command.keys = [routeKey];
+          return c.sendCommand(command, ...more);
+        },
+      },
+    });
+    const send: Send = ([name, ...rest], key) => {
+      // call() builds the command and hands it to sendCommand synchronously.
+      routeKey = key;
+      try {
+        return router.call(name, ...rest);
+      } finally {
+        routeKey = undefined;
+      }
+    };
+    return { send, keyPrefix };
+  }
+  if (typeof c.sendCommand === 'function') {
+    // node-redis: a cluster routes by the first key it is given.
+    if (typeof c.getSlotMaster === 'function') return { send: (args, key) => c.sendCommand(key, false, args), keyPrefix: '' };
+    return { send: (args) => c.sendCommand(args), keyPrefix: '' };
+  }
+  throw new TypeError(
+    'redis-throttle: expected a node-redis client or cluster (createClient, createCluster), an ioredis Redis or Cluster, or a function (args, key) => reply',
+  );
+}

@@ -1,0 +1,14 @@
+export { Throttle, type ThrottleOptions } from './throttle.js';
+export {
+  ThrottleModuleMissingError,
+  type Algorithm,
+  type CallOptions,
+  type LimitSpec,
+  type Period,
+  type RedisClientLike,
+  type Send,
+} from './command.js';
+export type { ThrottleAllResult, ThrottleInfo, ThrottleResult } from './reply.js';
+export { ExpressStore, type ClientRateLimitInfo, type ExpressStoreOptions, type SendCommandClusterFn, type SendCommandFn } from './express.js';
+export { createFastifyStore, type FastifyStore, type FastifyStoreClass, type FastifyStoreOptions } from './fastify.js';
+export { NestStorage, type NestStorageOptions, type ThrottlerStorageRecord } from './nest.js';

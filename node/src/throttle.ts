@@ -1,0 +1,106 @@
+import {
+  allArgs,
+  callArgs,
+  explain,
+  integerArg,
+  senderFor,
+  type Algorithm,
+  type CallOptions,
+  type LimitSpec,
+  type Period,
+  type RedisClientLike,
+  type Send,
+} from './command.js';
+import { parseAllResult, parseInfo, parseResult, type ThrottleAllResult, type ThrottleInfo, type ThrottleResult } from './reply.js';
+
+export interface ThrottleOptions {
+  /** Put before every key (after an ioredis client's own `keyPrefix`). Default: none. */
+  prefix?: string;
+}
+
+/**
+ * The module's commands on a node-redis (v4-v6) or ioredis (v5-v6) client or
+ * cluster, or on any function that sends a command: one command per call,
+ * RESP2 or RESP3.
+ *
+ * ```js
+ * const throttle = new Throttle(redis);
+ * const r = await throttle.sliding('api:user:42', 100, '1m');
+ * if (!r.allowed) res.setHeader('Retry-After', Math.ceil(r.retryAfter / 1000));
+ * ```
+ */
+export class Throttle {
+  readonly #send: Send;
+  readonly #prefix: string;
+
+  constructor(client: RedisClientLike | Send, options: ThrottleOptions = {}) {
+    const { send, keyPrefix } = senderFor(client);
+    this.#send = send;
+    this.#prefix = keyPrefix + (options.prefix ?? '');
+  }
+
+  /** Sends one command built by this package; `key` is the routed (prefixed) key. */
+  async #run(key: string, args: string[]): Promise<unknown> {
+    try {
+      return await this.#send(args, key);
+    } catch (error) {
+      throw explain(error, args[0]!);
+    }
+  }
+
+  /** One limit, as `THROTTLE.<ALGORITHM>` (the stores build on this). */
+  async call(spec: LimitSpec, options: CallOptions = {}): Promise<ThrottleResult> {
+    const key = this.#prefix + spec.key;
+    const args = callArgs({ ...spec, key }, options);
+    return parseResult(await this.#run(key, args), args[0]);
+  }
+
+  /** THROTTLE.FIXED: at most `limit` per window of `period`, opened by the first admitted call. */
+  fixed(key: string, limit: number, period: Period, options?: CallOptions): Promise<ThrottleResult> {
+    return this.call({ algorithm: 'fixed', key, limit, period }, options);
+  }
+
+  /** THROTTLE.SLIDING: the sliding-window estimate, or with `exact` the exact sliding log. */
+  sliding(key: string, limit: number, period: Period, options: CallOptions & { exact?: boolean } = {}): Promise<ThrottleResult> {
+    const { exact, ...rest } = options;
+    return this.call({ algorithm: exact ? 'sliding-exact' : 'sliding', key, limit, period }, rest);
+  }
+
+  /** THROTTLE.TOKEN: a bucket of `burst` tokens (default `limit`) refilled at `limit` per `period`. */
+  token(key: string, limit: number, period: Period, options: CallOptions & { burst?: number } = {}): Promise<ThrottleResult> {
+    const { burst, ...rest } = options;
+    return this.call({ algorithm: 'token', key, limit, period, burst }, rest);
+  }
+
+  /** THROTTLE.LEAKY: a bucket of `burst` units (default `limit`) draining at `limit` per `period`. */
+  leaky(key: string, limit: number, period: Period, options: CallOptions & { burst?: number } = {}): Promise<ThrottleResult> {
+    const { burst, ...rest } = options;
+    return this.call({ algorithm: 'leaky', key, limit, period, burst }, rest);
+  }
+
+  /**
+   * THROTTLE.ALL: several limits at once, all or nothing. In a cluster every
+   * key must share a hash slot: use a hash tag (`{user:42}:s`, `{user:42}:h`).
+   */
+  async all(limits: LimitSpec[], options: Omit<CallOptions, 'block'> = {}): Promise<ThrottleAllResult> {
+    const specs = limits.map((spec) => ({ ...spec, key: this.#prefix + spec.key }));
+    const args = allArgs(specs, options);
+    return parseAllResult(await this.#run(specs[0]!.key, args), specs.length);
+  }
+
+  /** THROTTLE.INFO: what the key holds, or null when it holds nothing. Changes nothing. */
+  async info(key: string, options: Pick<CallOptions, 'at'> = {}): Promise<ThrottleInfo | null> {
+    const full = this.#prefix + key;
+    const args = ['THROTTLE.INFO', full];
+    if (options.at !== undefined) args.push('AT', integerArg(options.at, 'at'));
+    return parseInfo(await this.#run(full, args));
+  }
+
+  /** Deletes the key (a reset). */
+  async reset(key: string): Promise<void> {
+    const full = this.#prefix + key;
+    await this.#send(['DEL', full], full);
+  }
+}
+
+export type { Algorithm };

@@ -1,0 +1,182 @@
+// The Throttle client on every supported client, in every protocol, against a
+// real server with the module; time driven by AT, so every value is exact.
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { Throttle, ThrottleModuleMissingError } from 'redis-throttle';
+import { close, singleClients } from './clients.js';
+import { startServer } from './support/redis.js';
+
+const T0 = 1_700_000_000_000_000; // Unix µs
+const s = (seconds) => T0 + seconds * 1_000_000;
+const reply = (allowed, limit, remaining, retryAfter, resetAfter) => ({ allowed: !!allowed, limit, remaining, retryAfter, resetAfter });
+
+let server;
+before(async () => {
+  server = await startServer();
+});
+after(() => server?.stop());
+
+for (const [name, connect] of Object.entries(singleClients)) {
+  describe(name, () => {
+    let client;
+    let throttle;
+    const p = `${name.replace(/\W+/g, '-')}:`;
+    before(async () => {
+      client = await connect(server);
+      throttle = new Throttle(client, { prefix: p });
+    });
+    after(() => client && close(client));
+
+    it('fixed: the README window, with a period string and in milliseconds', async () => {
+      assert.deepEqual(await throttle.fixed('alice', 3, '1m', { at: s(0) }), reply(1, 3, 2, 0, 60000));
+      assert.deepEqual(await throttle.fixed('alice', 3, 60_000, { cost: 2, at: s(30) }), reply(1, 3, 0, 0, 30000));
+      assert.deepEqual(await throttle.fixed('alice', 3, '1m', { at: s(45) }), reply(0, 3, 0, 15000, 15000));
+      assert.equal(await server.command('TYPE', `${p}alice`), 'thr-fixed');
+    });
+
+    it('sliding: the estimate, and exact', async () => {
+      assert.deepEqual(await throttle.sliding('bob', 10, '10s', { cost: 10, at: 9_000_000 }), reply(1, 10, 0, 0, 11000));
+      assert.deepEqual(await throttle.sliding('bob', 10, 10_000, { at: 12_000_000 }), reply(1, 10, 1, 0, 18000));
+      assert.deepEqual(await throttle.sliding('sms', 3, '1h', { exact: true, at: s(0) }), reply(1, 3, 2, 0, 3_600_000));
+      assert.equal(await server.command('TYPE', `${p}sms`), 'thr-exact');
+    });
+
+    it('token and leaky, with burst', async () => {
+      assert.deepEqual(await throttle.token('carol', 10, '1s', { burst: 20, cost: 20, at: s(0) }), reply(1, 20, 0, 0, 2000));
+      assert.deepEqual(await throttle.token('carol', 10, 1000, { burst: 20, at: s(0.05) }), reply(0, 20, 0, 50, 1950));
+      assert.deepEqual(await throttle.token('carol', 10, '1s', { burst: 20, at: s(0.1) }), reply(1, 20, 0, 0, 2000));
+      const leaky = [];
+      for (let i = 0; i < 4; i++) leaky.push(await throttle.leaky('gateway', 10, '1s', { burst: 3, at: s(0) }));
+      assert.deepEqual(leaky, [reply(1, 3, 2, 0, 100), reply(1, 3, 1, 100, 200), reply(1, 3, 0, 200, 300), reply(0, 3, 0, 100, 300)]);
+    });
+
+    it('a peek (cost 0) and a refund (negative cost)', async () => {
+      await throttle.fixed('dave', 5, '1m', { cost: 3, at: s(0) });
+      assert.deepEqual(await throttle.fixed('dave', 5, '1m', { cost: 0, at: s(1) }), reply(1, 5, 2, 0, 59000));
+      assert.deepEqual(await throttle.fixed('dave', 5, '1m', { cost: -2, at: s(2) }), reply(1, 5, 4, 0, 58000));
+    });
+
+    it('all: several limits at once', async () => {
+      const limits = [
+        { algorithm: 'fixed', key: '{u42}:s', limit: 10, period: '1s' },
+        { algorithm: 'sliding-exact', key: '{u42}:h', limit: 1000, period: '1h' },
+      ];
+      assert.deepEqual(await throttle.all(limits, { at: s(0) }), {
+        allowed: true,
+        results: [reply(1, 10, 9, 0, 1000), reply(1, 1000, 999, 0, 3_600_000)],
+      });
+      const refused = await throttle.all(limits, { cost: 10, at: s(0.5) });
+      assert.deepEqual(refused, { allowed: false, results: [reply(0, 10, 9, 500, 500), reply(1, 1000, 999, 0, 3_599_500)] });
+    });
+
+    it('info: each field, camel-cased; null for a missing key', async () => {
+      await throttle.token('erin', 10, '1s', { burst: 20, cost: 15, at: s(0) });
+      assert.deepEqual(await throttle.info('erin', { at: s(1) }), {
+        algorithm: 'token', limit: 10, periodMs: 1000, burst: 20, updatedAt: s(0), remaining: 15, resetAfter: 500,
+      });
+      await throttle.fixed('frank', 3, '1m', { at: s(0) });
+      const fixed = await throttle.info('frank');
+      assert.equal(fixed.algorithm, 'fixed');
+      assert.equal(fixed.windowStart, s(0));
+      assert.equal(fixed.used, 1);
+      assert.equal(await throttle.info('nobody'), null);
+    });
+
+    it('reset deletes the key', async () => {
+      await throttle.fixed('gina', 1, '1m');
+      assert.equal((await throttle.fixed('gina', 1, '1m')).allowed, false);
+      await throttle.reset('gina');
+      assert.equal((await throttle.fixed('gina', 1, '1m')).allowed, true);
+    });
+
+    it("the server's errors come through as they are", async () => {
+      await assert.rejects(throttle.token('h', 10, '1s', { burst: 0 }), { message: 'ERR invalid BURST: expected an integer from 1 to 1000000000000000' });
+      await throttle.fixed('i', 1, '1s');
+      await assert.rejects(throttle.token('i', 1, '1s'), { message: /^WRONGTYPE Operation against a key holding the wrong kind of value/ });
+    });
+  });
+}
+
+describe('arguments', () => {
+  let client;
+  let throttle;
+  before(async () => {
+    client = await singleClients['node-redis 6, RESP3 (its default)'](server);
+    throttle = new Throttle(client, { prefix: 'args:' });
+  });
+  after(() => client && close(client));
+
+  it('checks periods, limits and options before sending anything', async () => {
+    await assert.rejects(throttle.fixed('k', 1, 0), /period must be a positive integer of milliseconds/);
+    await assert.rejects(throttle.fixed('k', 1, 1.5), /period must be a positive integer/);
+    await assert.rejects(throttle.fixed('k', 1, '1 minute'), /period must be milliseconds or a period string/);
+    await assert.rejects(throttle.fixed('k', 1.5, '1s'), /limit must be an integer/);
+    await assert.rejects(throttle.fixed('k', 1, '1s', { block: -1 }), /block must be a non-negative integer/);
+    await assert.rejects(throttle.call({ algorithm: 'gcra', key: 'k', limit: 1, period: 1 }), /unknown algorithm "gcra"/);
+    await assert.rejects(throttle.all([]), /needs at least one limit/);
+    assert.equal(await server.command('EXISTS', 'args:k'), 0);
+    assert.throws(() => new Throttle({}), /expected a node-redis client or cluster/);
+  });
+
+  it('block: waits on the server until admitted (milliseconds or a period string)', async () => {
+    assert.equal((await throttle.token('wait', 1, '1s')).allowed, true);
+    const refused = await throttle.token('wait', 1, '1s');
+    assert.equal(refused.allowed, false);
+    assert.ok(refused.retryAfter > 0);
+    assert.equal((await throttle.token('wait', 1, '1s', { block: '5s' })).allowed, true);
+    assert.equal((await throttle.token('wait', 1, '1s', { block: 5000 })).allowed, true);
+  });
+
+  it('a function that sends commands works as a client', async () => {
+    const sent = [];
+    const own = new Throttle((args, key) => {
+      sent.push(key);
+      return client.sendCommand(args);
+    });
+    assert.deepEqual(await own.fixed('fn', 2, '1s', { at: s(0) }), reply(1, 2, 1, 0, 1000));
+    assert.deepEqual(sent, ['fn']);
+  });
+
+  it("applies ioredis's keyPrefix, which ioredis does not apply to module commands", async () => {
+    const io = await singleClients['ioredis 6, RESP3 flat maps (its default)'](server);
+    io.options.keyPrefix = 'app:';
+    try {
+      const prefixed = new Throttle(io, { prefix: 'rl:' });
+      assert.equal((await prefixed.fixed('ken', 1, '1m')).allowed, true);
+      assert.equal(await server.command('TYPE', 'app:rl:ken'), 'thr-fixed');
+      assert.equal((await prefixed.info('ken')).algorithm, 'fixed');
+      await prefixed.reset('ken');
+      assert.equal(await server.command('EXISTS', 'app:rl:ken'), 0);
+    } finally {
+      close(io);
+    }
+  });
+});
+
+describe('a server without the module', () => {
+  let bare;
+  before(async () => {
+    bare = await startServer({ module: false });
+  });
+  after(() => bare?.stop());
+
+  for (const [name, connect] of Object.entries(singleClients)) {
+    it(`${name}: the first call says the THROTTLE commands are missing and how to load the module`, async () => {
+      const client = await connect(bare);
+      try {
+        const throttle = new Throttle(client);
+        await assert.rejects(throttle.sliding('k', 1, '1s'), (error) => {
+          assert.ok(error instanceof ThrottleModuleMissingError);
+          assert.match(error.message, /no THROTTLE\.SLIDING command: the THROTTLE commands are missing/);
+          assert.match(error.message, /loadmodule \/path\/to\/libredis_throttle\.so/);
+          assert.match(error.message, /server said: ERR unknown command 'THROTTLE\.SLIDING'/);
+          return true;
+        });
+        await assert.rejects(throttle.info('k'), ThrottleModuleMissingError);
+        await assert.rejects(throttle.all([{ algorithm: 'fixed', key: 'k', limit: 1, period: 1 }]), ThrottleModuleMissingError);
+      } finally {
+        await close(client);
+      }
+    });
+  }
+});

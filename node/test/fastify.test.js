@@ -1,0 +1,186 @@
+// createFastifyStore under fastify 5 with @fastify/rate-limit 11 (and 10),
+// over real HTTP, against a real server with the module.
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import Fastify from 'fastify';
+import rateLimit11 from '@fastify/rate-limit';
+import rateLimit10 from '@fastify/rate-limit-10';
+import { createClient } from 'redis';
+import { Redis } from 'ioredis';
+import { createFastifyStore } from 'redis-throttle';
+import { eventually, flood, request } from './support/http.js';
+import { startServer } from './support/redis.js';
+
+let server;
+let nodeRedis;
+let ioredis;
+before(async () => {
+  server = await startServer();
+  nodeRedis = await createClient({ url: server.url }).connect();
+  ioredis = new Redis({ port: server.port, host: '127.0.0.1' });
+});
+after(async () => {
+  await nodeRedis?.close();
+  ioredis?.disconnect();
+  await server?.stop();
+});
+
+/** A fastify app with the plugin registered with `options` and /ok; `routes(app)` adds more. Resolves to { url, app }. */
+async function serve(rateLimit, options, routes = () => {}) {
+  const app = Fastify();
+  await app.register(rateLimit, options);
+  app.get('/ok', async () => 'ok');
+  routes(app);
+  await app.listen({ port: 0, host: '127.0.0.1' });
+  return { app, url: `http://127.0.0.1:${app.server.address().port}` };
+}
+
+const versions = { '@fastify/rate-limit 11': rateLimit11, '@fastify/rate-limit 10': rateLimit10 };
+const clients = { 'node-redis': () => nodeRedis, ioredis: () => ioredis };
+
+for (const [version, rateLimit] of Object.entries(versions)) {
+  for (const [clientName, client] of Object.entries(clients)) {
+    describe(`${version}, ${clientName}`, () => {
+      let n = 0;
+      const store = (options = {}) => createFastifyStore(client(), { prefix: `${version}:${clientName}:${n++}:`, ...options });
+
+      it('admits max, then 429 with every header and the plugin\'s own body', async (t) => {
+        const s = await serve(rateLimit, { max: 3, timeWindow: '1 minute', store: store() });
+        t.after(() => s.app.close());
+        const seen = [];
+        for (let i = 0; i < 4; i++) seen.push(await request(`${s.url}/ok`));
+        assert.deepEqual(seen.map((r) => r.status), [200, 200, 200, 429]);
+        assert.deepEqual(seen.map((r) => r.headers['x-ratelimit-remaining']), ['2', '1', '0', '0']);
+        for (const r of seen) {
+          assert.equal(r.headers['x-ratelimit-limit'], '3');
+          assert.ok(['59', '60'].includes(r.headers['x-ratelimit-reset']), r.headers['x-ratelimit-reset']);
+        }
+        assert.equal(seen[0].headers['retry-after'], undefined);
+        assert.equal(seen[3].headers['retry-after'], seen[3].headers['x-ratelimit-reset']);
+        assert.match(seen[3].headers['content-type'], /^application\/json/);
+        const body = JSON.parse(seen[3].body);
+        assert.deepEqual({ ...body, message: undefined }, { statusCode: 429, error: 'Too Many Requests', message: undefined });
+        assert.match(body.message, /^Rate limit exceeded, retry in (59 seconds|1 minute)$/);
+      });
+
+      it('the draft spec headers', async (t) => {
+        const s = await serve(rateLimit, { max: 1, timeWindow: 10_000, enableDraftSpec: true, store: store() });
+        t.after(() => s.app.close());
+        const a = await request(`${s.url}/ok`);
+        assert.equal(a.headers['ratelimit-limit'], '1');
+        assert.equal(a.headers['ratelimit-remaining'], '0');
+        assert.ok(['9', '10'].includes(a.headers['ratelimit-reset']));
+        const b = await request(`${s.url}/ok`);
+        assert.equal(b.status, 429);
+        assert.ok(['9', '10'].includes(b.headers['retry-after']));
+        assert.equal(b.headers['x-ratelimit-limit'], undefined);
+      });
+
+      it('the window resets', async (t) => {
+        const s = await serve(rateLimit, { max: 2, timeWindow: 1000, store: store() });
+        t.after(() => s.app.close());
+        assert.deepEqual([(await request(`${s.url}/ok`)).status, (await request(`${s.url}/ok`)).status], [200, 200]);
+        const refused = await request(`${s.url}/ok`);
+        assert.equal(refused.status, 429);
+        assert.equal(refused.headers['retry-after'], '1');
+        const again = await eventually(async () => {
+          const r = await request(`${s.url}/ok`);
+          return r.status === 200 && r;
+        }, 3000, 'a request admitted after the window');
+        assert.equal(again.headers['x-ratelimit-remaining'], '1');
+      });
+
+      it('per-route limits (child): their own max, window and keys', async (t) => {
+        const prefix = `${version}:${clientName}:routes:`;
+        const s = await serve(rateLimit, { global: false, store: store({ prefix }) }, (app) => {
+          app.get('/one', { config: { rateLimit: { max: 1, timeWindow: 60_000 } } }, async () => 'one');
+          app.get('/two', { config: { rateLimit: { max: 2, timeWindow: '1 minute' } } }, async () => 'two');
+        });
+        t.after(() => s.app.close());
+        const one = [(await request(`${s.url}/one`)).status, (await request(`${s.url}/one`)).status];
+        const two = [];
+        for (let i = 0; i < 3; i++) two.push((await request(`${s.url}/two`)).status);
+        assert.deepEqual(one, [200, 429]);
+        assert.deepEqual(two, [200, 200, 429]);
+        assert.equal((await request(`${s.url}/ok`)).headers['x-ratelimit-limit'], undefined, 'global: false');
+        assert.equal(await server.command('TYPE', `${prefix}GET/one-127.0.0.1`), 'thr-fixed');
+      });
+
+      it('ban: 0 answers 403 from the first refused request', async (t) => {
+        const s = await serve(rateLimit, { max: 1, timeWindow: 60_000, ban: 0, store: store() });
+        t.after(() => s.app.close());
+        assert.deepEqual([(await request(`${s.url}/ok`)).status, (await request(`${s.url}/ok`)).status], [200, 403]);
+      });
+
+      it('refuses the options that count refused requests, at registration', async () => {
+        for (const [options, message] of [
+          [{ continueExceeding: true }, /does not support continueExceeding/],
+          [{ exponentialBackoff: true }, /does not support exponentialBackoff/],
+          [{ ban: 2 }, /does not support ban: 2/],
+        ]) {
+          const app = Fastify();
+          await assert.rejects(async () => {
+            await app.register(rateLimit, { max: 1, store: store(), ...options });
+          }, message);
+          await app.close().catch(() => {});
+          const routeApp = Fastify();
+          await routeApp.register(rateLimit, { global: false, store: store() });
+          assert.throws(() => routeApp.get('/r', { config: { rateLimit: { max: 1, ...options } } }, async () => 'r'), message);
+          await routeApp.close();
+        }
+      });
+
+      it('another algorithm: sliding window', async (t) => {
+        const prefix = `${version}:${clientName}:sliding:`;
+        const s = await serve(rateLimit, { max: 2, timeWindow: 60_000, store: store({ algorithm: 'sliding', prefix }) });
+        t.after(() => s.app.close());
+        const statuses = [];
+        for (let i = 0; i < 3; i++) statuses.push((await request(`${s.url}/ok`)).status);
+        assert.deepEqual(statuses, [200, 200, 429]);
+        assert.equal(await server.command('TYPE', `${prefix}127.0.0.1`), 'thr-slide');
+      });
+
+      if (version === '@fastify/rate-limit 11') {
+        it('createRateLimit with { increment: false }: a peek (COST 0)', async (t) => {
+          const s = await serve(rateLimit, { global: false, max: 2, timeWindow: 60_000, store: store() }, (app) => {
+            const check = app.createRateLimit();
+            app.get('/peek', async (req) => check(req, { increment: false }));
+            app.get('/consume', async (req) => check(req));
+          });
+          t.after(() => s.app.close());
+          const remaining = async (path) => JSON.parse((await request(`${s.url}${path}`)).body).remaining;
+          assert.deepEqual(
+            [await remaining('/peek'), await remaining('/consume'), await remaining('/peek'), await remaining('/consume'), await remaining('/peek')],
+            [2, 1, 1, 0, 0],
+          );
+          const refused = JSON.parse((await request(`${s.url}/consume`)).body);
+          assert.equal(refused.isExceeded, true);
+          assert.equal(JSON.parse((await request(`${s.url}/peek`)).body).isExceeded, false, 'a peek at a full window is not over it');
+        });
+      }
+
+      it('a flood of 200 concurrent requests admits exactly max', async (t) => {
+        const s = await serve(rateLimit, { max: 50, timeWindow: 60_000, store: store() });
+        t.after(() => s.app.close());
+        assert.deepEqual(await flood(`${s.url}/ok`, 200), { 200: 50, 429: 150 });
+      });
+    });
+  }
+}
+
+describe('a server without the module', () => {
+  it('the first request fails with an error that says how to load the module', async () => {
+    const bare = await startServer({ module: false });
+    const client = new Redis({ port: bare.port, host: '127.0.0.1' });
+    const s = await serve(rateLimit11, { max: 1, store: createFastifyStore(client) });
+    try {
+      const r = await request(`${s.url}/ok`);
+      assert.equal(r.status, 500);
+      assert.match(JSON.parse(r.body).message, /^redis-throttle: the server has no THROTTLE\.FIXED command: the THROTTLE commands are missing .* `loadmodule \/path\/to\/libredis_throttle\.so`/);
+    } finally {
+      await s.app.close();
+      client.disconnect();
+      await bare.stop();
+    }
+  });
+});

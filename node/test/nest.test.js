@@ -1,0 +1,156 @@
+// NestStorage under @nestjs/throttler 6 in a NestJS app on the Express
+// adapter, over real HTTP, against a real server with the module. The app is
+// plain JavaScript: decorators are applied with Reflect.decorate.
+import 'reflect-metadata';
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { Controller, Get, Module } from '@nestjs/common';
+import { APP_GUARD, NestFactory } from '@nestjs/core';
+import { SkipThrottle, Throttle as ThrottleRoute, ThrottlerGuard, ThrottlerModule } from '@nestjs/throttler';
+import { createClient } from 'redis';
+import { Redis } from 'ioredis';
+import { NestStorage, ThrottleModuleMissingError } from 'redis-throttle';
+import { eventually, flood, request } from './support/http.js';
+import { startServer } from './support/redis.js';
+
+let server;
+let nodeRedis;
+let ioredis;
+before(async () => {
+  server = await startServer();
+  nodeRedis = await createClient({ url: server.url }).connect();
+  ioredis = new Redis({ port: server.port, host: '127.0.0.1' });
+});
+after(async () => {
+  await nodeRedis?.close();
+  ioredis?.disconnect();
+  await server?.stop();
+});
+
+function method(target, name, ...decorators) {
+  Reflect.decorate(decorators, target.prototype, name, Object.getOwnPropertyDescriptor(target.prototype, name));
+}
+
+/** A Nest app with ThrottlerGuard global; GET /ok, /strict (limit 1 a minute), /free (skipped). Resolves to { url, close, errors }. */
+async function serve(throttlerOptions) {
+  class AppController {
+    ok() {
+      return 'ok';
+    }
+    strict() {
+      return 'strict';
+    }
+    free() {
+      return 'free';
+    }
+  }
+  Reflect.decorate([Controller()], AppController);
+  method(AppController, 'ok', Get('ok'));
+  method(AppController, 'strict', Get('strict'), ThrottleRoute({ default: { limit: 1, ttl: 60_000 } }));
+  method(AppController, 'free', Get('free'), SkipThrottle());
+  class AppModule {}
+  Reflect.decorate(
+    [Module({
+      imports: [ThrottlerModule.forRoot(throttlerOptions)],
+      controllers: [AppController],
+      providers: [{ provide: APP_GUARD, useClass: ThrottlerGuard }],
+    })],
+    AppModule,
+  );
+  const errors = [];
+  const logger = { log() {}, warn() {}, debug() {}, verbose() {}, error: (...args) => errors.push(args.map(String).join(' ')) };
+  const app = await NestFactory.create(AppModule, { logger });
+  await app.listen(0, '127.0.0.1');
+  return { url: `http://127.0.0.1:${app.getHttpServer().address().port}`, close: () => app.close(), errors };
+}
+
+const clients = { 'node-redis': () => nodeRedis, ioredis: () => ioredis };
+
+for (const [clientName, client] of Object.entries(clients)) {
+  describe(`@nestjs/throttler 6, Express adapter, ${clientName}`, () => {
+    let n = 0;
+    const storage = (options = {}) => new NestStorage(client(), { prefix: `nest:${clientName}:${n++}:`, ...options });
+
+    it('admits the limit, then 429 with Retry-After; every header', async (t) => {
+      const s = await serve({ throttlers: [{ ttl: 60_000, limit: 3 }], storage: storage() });
+      t.after(s.close);
+      const seen = [];
+      for (let i = 0; i < 4; i++) seen.push(await request(`${s.url}/ok`));
+      assert.deepEqual(seen.map((r) => r.status), [200, 200, 200, 429]);
+      assert.deepEqual(seen.slice(0, 3).map((r) => r.headers['x-ratelimit-remaining']), ['2', '1', '0']);
+      for (const r of seen.slice(0, 3)) {
+        assert.equal(r.headers['x-ratelimit-limit'], '3');
+        assert.ok(['59', '60'].includes(r.headers['x-ratelimit-reset']), r.headers['x-ratelimit-reset']);
+        assert.equal(r.headers['retry-after'], undefined);
+      }
+      // A blocked request gets Retry-After only, as with Nest's own storage.
+      assert.ok(['59', '60'].includes(seen[3].headers['retry-after']), seen[3].headers['retry-after']);
+      assert.equal(seen[3].headers['x-ratelimit-limit'], undefined);
+      assert.deepEqual(JSON.parse(seen[3].body), { statusCode: 429, message: 'ThrottlerException: Too Many Requests' });
+    });
+
+    it('route limits (@Throttle) and @SkipThrottle', async (t) => {
+      const s = await serve({ throttlers: [{ ttl: 60_000, limit: 5 }], storage: storage() });
+      t.after(s.close);
+      assert.deepEqual([(await request(`${s.url}/strict`)).status, (await request(`${s.url}/strict`)).status], [200, 429]);
+      const free = [];
+      for (let i = 0; i < 7; i++) free.push((await request(`${s.url}/free`)).status);
+      assert.deepEqual(free, [200, 200, 200, 200, 200, 200, 200]);
+      assert.equal((await request(`${s.url}/ok`)).headers['x-ratelimit-remaining'], '4', 'each route has its own key');
+    });
+
+    it('named throttlers: every header with its suffix; blocked until the module admits again', async (t) => {
+      const s = await serve({ throttlers: [{ name: 'short', ttl: 1000, limit: 2 }, { name: 'long', ttl: 60_000, limit: 5 }], storage: storage() });
+      t.after(s.close);
+      const a = await request(`${s.url}/ok`);
+      assert.equal(a.headers['x-ratelimit-limit-short'], '2');
+      assert.equal(a.headers['x-ratelimit-remaining-short'], '1');
+      assert.equal(a.headers['x-ratelimit-reset-short'], '1');
+      assert.equal(a.headers['x-ratelimit-limit-long'], '5');
+      assert.equal(a.headers['x-ratelimit-remaining-long'], '4');
+      await request(`${s.url}/ok`);
+      const blocked = await request(`${s.url}/ok`);
+      assert.equal(blocked.status, 429);
+      assert.equal(blocked.headers['retry-after-short'], '1');
+      const again = await eventually(async () => {
+        const r = await request(`${s.url}/ok`);
+        return r.status === 200 && r;
+      }, 3000, 'admitted once the short window has passed');
+      assert.equal(again.headers['x-ratelimit-remaining-long'], '2', 'the refused request took nothing from the long limit');
+    });
+
+    it('another algorithm: fixed window', async (t) => {
+      const prefix = `nest:${clientName}:fixed:`;
+      const s = await serve({ throttlers: [{ ttl: 60_000, limit: 1 }], storage: storage({ algorithm: 'fixed', prefix }) });
+      t.after(s.close);
+      assert.deepEqual([(await request(`${s.url}/ok`)).status, (await request(`${s.url}/ok`)).status], [200, 429]);
+      const [key] = await server.command('KEYS', `${prefix}*`);
+      assert.equal(await server.command('TYPE', key), 'thr-fixed');
+    });
+
+    it('a flood of 200 concurrent requests admits exactly the limit', async (t) => {
+      const s = await serve({ throttlers: [{ ttl: 60_000, limit: 50 }], storage: storage() });
+      t.after(s.close);
+      assert.deepEqual(await flood(`${s.url}/ok`, 200), { 200: 50, 429: 150 });
+    });
+  });
+}
+
+describe('a server without the module', () => {
+  it('the first request fails, and the error says how to load the module', async () => {
+    const bare = await startServer({ module: false });
+    const client = await createClient({ url: bare.url }).connect();
+    const storage = new NestStorage(client);
+    const s = await serve({ throttlers: [{ ttl: 1000, limit: 1 }], storage });
+    try {
+      await assert.rejects(storage.increment('k', 1000, 1, 1000, 'default'), ThrottleModuleMissingError);
+      const r = await request(`${s.url}/ok`);
+      assert.equal(r.status, 500);
+      assert.ok(s.errors.some((e) => /the THROTTLE commands are missing .* `loadmodule \/path\/to\/libredis_throttle\.so`/.test(e)), s.errors.join('\n'));
+    } finally {
+      await s.close();
+      await client.close();
+      await bare.stop();
+    }
+  });
+});
