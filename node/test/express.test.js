@@ -2,29 +2,19 @@
 // HTTP, against a real server with the module: status codes, every header,
 // the window resetting, refunds, a concurrent flood, the absent module.
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import express from 'express';
 import rateLimit8 from 'express-rate-limit';
 import rateLimit7 from 'express-rate-limit-7';
 import { createClient } from 'redis';
-import { Redis } from 'ioredis';
 import { ExpressStore } from 'redis-throttle';
 import { eventually, flood, listen, request } from './support/http.js';
-import { startServer } from './support/redis.js';
+import { serverWithClients, startServer } from './support/redis.js';
 
 let server;
 let nodeRedis;
 let ioredis;
-before(async () => {
-  server = await startServer();
-  nodeRedis = await createClient({ url: server.url }).connect();
-  ioredis = new Redis({ port: server.port, host: '127.0.0.1' });
-});
-after(async () => {
-  await nodeRedis?.close();
-  ioredis?.disconnect();
-  await server?.stop();
-});
+serverWithClients((started) => ({ server, nodeRedis, ioredis } = started));
 
 /** An express app with /ok (200) and /fail (500) behind `limiter`; errors are answered with their message. */
 function app(limiter) {

@@ -1,29 +1,19 @@
 // createFastifyStore under fastify 5 with @fastify/rate-limit 11 (and 10),
 // over real HTTP, against a real server with the module.
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import Fastify from 'fastify';
 import rateLimit11 from '@fastify/rate-limit';
 import rateLimit10 from '@fastify/rate-limit-10';
-import { createClient } from 'redis';
 import { Redis } from 'ioredis';
 import { createFastifyStore } from 'redis-throttle';
 import { eventually, flood, request } from './support/http.js';
-import { startServer } from './support/redis.js';
+import { serverWithClients, startServer } from './support/redis.js';
 
 let server;
 let nodeRedis;
 let ioredis;
-before(async () => {
-  server = await startServer();
-  nodeRedis = await createClient({ url: server.url }).connect();
-  ioredis = new Redis({ port: server.port, host: '127.0.0.1' });
-});
-after(async () => {
-  await nodeRedis?.close();
-  ioredis?.disconnect();
-  await server?.stop();
-});
+serverWithClients((started) => ({ server, nodeRedis, ioredis } = started));
 
 /** A fastify app with the plugin registered with `options` and /ok; `routes(app)` adds more. Resolves to { url, app }. */
 async function serve(rateLimit, options, routes = () => {}) {

@@ -3,29 +3,19 @@
 // plain JavaScript: decorators are applied with Reflect.decorate.
 import 'reflect-metadata';
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import { Controller, Get, Module } from '@nestjs/common';
 import { APP_GUARD, NestFactory } from '@nestjs/core';
 import { SkipThrottle, Throttle as ThrottleRoute, ThrottlerGuard, ThrottlerModule } from '@nestjs/throttler';
 import { createClient } from 'redis';
-import { Redis } from 'ioredis';
 import { NestStorage, ThrottleModuleMissingError } from 'redis-throttle';
 import { eventually, flood, request } from './support/http.js';
-import { startServer } from './support/redis.js';
+import { serverWithClients, startServer } from './support/redis.js';
 
 let server;
 let nodeRedis;
 let ioredis;
-before(async () => {
-  server = await startServer();
-  nodeRedis = await createClient({ url: server.url }).connect();
-  ioredis = new Redis({ port: server.port, host: '127.0.0.1' });
-});
-after(async () => {
-  await nodeRedis?.close();
-  ioredis?.disconnect();
-  await server?.stop();
-});
+serverWithClients((started) => ({ server, nodeRedis, ioredis } = started));
 
 function method(target, name, ...decorators) {
   Reflect.decorate(decorators, target.prototype, name, Object.getOwnPropertyDescriptor(target.prototype, name));

@@ -7,7 +7,9 @@ import { mkdtempSync, readFileSync, rmSync, existsSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { after, before } from 'node:test';
 import { fileURLToPath } from 'node:url';
+import { Redis } from 'ioredis';
 import { createClient } from 'redis';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -175,4 +177,24 @@ export async function commandStats(server) {
     stats[m[1]] = Object.fromEntries(m[2].split(',').map((kv) => kv.split('=')).map(([k, v]) => [k, Number(v)]));
   }
   return stats;
+}
+
+/**
+ * Before a test file's tests: a server with the module, and a node-redis and
+ * an ioredis client on it, handed to `use` as { server, nodeRedis, ioredis };
+ * after them, the clients closed and the server stopped.
+ */
+export function serverWithClients(use) {
+  let started;
+  before(async () => {
+    const server = await startServer();
+    const nodeRedis = await createClient({ url: server.url }).connect();
+    started = { server, nodeRedis, ioredis: new Redis({ port: server.port, host: '127.0.0.1' }) };
+    use(started);
+  });
+  after(async () => {
+    await started?.nodeRedis.close();
+    started?.ioredis.disconnect();
+    await started?.server.stop();
+  });
 }
