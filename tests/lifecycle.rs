@@ -212,8 +212,11 @@ fn a_waiter_over_maxmemory_is_served_where_eviction_would_make_room() {
         for i in 0..200 {
             let _: () = call(&mut c, &format!("SET filler:{i} {}", "x".repeat(1000))).expect("SET");
         }
-        let line = "THROTTLE.FIXED hot 1 1s";
+        // The waiter's turn comes when this window ends: long enough for
+        // the steps below on a slow machine.
+        let line = "THROTTLE.FIXED hot 1 3s";
         assert_eq!(throttle(&mut c, line).0, 1);
+        let window_opened = Instant::now();
         let waiter = Waiter::queued(&server.url(), &mut c, &format!("{line} BLOCK 20000"), 1);
         if persist {
             let _: i64 = call(&mut c, "PERSIST hot").expect("PERSIST");
@@ -221,13 +224,14 @@ fn a_waiter_over_maxmemory_is_served_where_eviction_would_make_room() {
         let used = info_number(&mut c, "memory", "used_memory");
         let _: () = call(&mut c, &format!("CONFIG SET maxmemory {}", used + 100_000)).expect("CONFIG SET");
         let _: i64 = call(&mut c, "SETRANGE big 500000 x").expect("SETRANGE");
+        assert!(window_opened.elapsed() < Duration::from_secs(3), "the setup outlasted the window");
         let result = waiter.result().0;
         // This is the first command since the large write: Redis evicts
         // before it runs it, so memory was over the limit until now.
         let evicted = info_number(&mut c, "stats", "evicted_keys");
         let _: () = call(&mut c, "CONFIG SET maxmemory 0").expect("CONFIG SET");
         match result {
-            Ok(v) => assert!(served && v == [1, 1, 0, 0, 1000], "{policy}, PERSIST {persist}: {v:?}"),
+            Ok(v) => assert!(served && v == [1, 1, 0, 0, 3000], "{policy}, PERSIST {persist}: {v:?}"),
             Err(e) => assert!(!served && e.code() == Some("OOM"), "{policy}, PERSIST {persist}: {e}"),
         }
         assert_eq!(evicted > 0, served, "{policy}, PERSIST {persist}: {evicted} keys evicted");
@@ -242,14 +246,14 @@ fn a_waiter_over_maxmemory_is_served_where_eviction_would_make_room() {
 fn a_waiter_on_a_writable_replica_is_served_as_a_command_is() {
     let (_master, replica) = master_and_replica();
     let mut r = open(&replica.url());
-    let line = "THROTTLE.FIXED w 1 500ms";
+    let line = "THROTTLE.FIXED w 1 2s";
     let e = error(&mut r, line);
     assert!(e.starts_with("READONLY"), "a read-only replica: {e}");
     let _: () = call(&mut r, "CONFIG SET replica-read-only no").expect("CONFIG SET");
     assert_eq!(throttle(&mut r, line).0, 1);
     let waiter = Waiter::queued(&replica.url(), &mut r, &format!("{line} BLOCK 20000"), 1);
     let (got, _) = waiter.reply();
-    assert_eq!(got, (1, 1, 0, 0, 500));
+    assert_eq!(got, (1, 1, 0, 0, 2000));
     assert_eq!(waiting(&mut r), 0);
 }
 

@@ -155,14 +155,16 @@ fn a_replicated_key_expires_at_the_masters_instant() {
     let (master, replica) = common::master_and_replica();
     let mut m = common::open(&master.url());
     let mut r = common::open(&replica.url());
+    // An hour's quota: a bucket key stays 3.6 s per unit taken, so none
+    // expires before the comparison, however slowly the calls go.
     let lines = [
-        "THROTTLE.FIXED k{i} 1000 60s",
-        "THROTTLE.SLIDING s{i} 1000 60s",
-        "THROTTLE.SLIDING e{i} 1000 60s EXACT",
-        "THROTTLE.TOKEN t{i} 1000 60s",
-        "THROTTLE.LEAKY l{i} 1000 60s",
-        "CL.THROTTLE c{i} 999 1000 60",
-        "THROTTLE.ALL FIXED {a{i}}f 1000 60s LEAKY {a{i}}l 1000 60s",
+        "THROTTLE.FIXED k{i} 1000 1h",
+        "THROTTLE.SLIDING s{i} 1000 1h",
+        "THROTTLE.SLIDING e{i} 1000 1h EXACT",
+        "THROTTLE.TOKEN t{i} 1000 1h",
+        "THROTTLE.LEAKY l{i} 1000 1h",
+        "CL.THROTTLE c{i} 999 1000 3600",
+        "THROTTLE.ALL FIXED {a{i}}f 1000 1h LEAKY {a{i}}l 1000 1h",
     ];
     for i in 0..300 {
         for line in lines {
@@ -171,8 +173,7 @@ fn a_replicated_key_expires_at_the_masters_instant() {
         }
     }
     // A refund through every path too.
-    for line in ["THROTTLE.FIXED k0 1000 60s COST -1", "THROTTLE.ALL COST -1 FIXED {a1}f 1000 60s LEAKY {a1}l 1000 60s"]
-    {
+    for line in ["THROTTLE.FIXED k0 1000 1h COST -1", "THROTTLE.ALL COST -1 FIXED {a1}f 1000 1h LEAKY {a1}l 1000 1h"] {
         let _: redis::Value = common::call(&mut m, line).unwrap_or_else(|e| panic!("{line}: {e}"));
     }
     common::sync(&mut m);
@@ -188,6 +189,6 @@ fn a_replicated_key_expires_at_the_masters_instant() {
             other => panic!("window_start of k{i}: {other:?}"),
         };
         let at: i64 = common::call(&mut m, &format!("PEXPIRETIME k{i}")).expect("PEXPIRETIME");
-        assert_eq!(at, (start + 60_000_000) / 1000, "k{i}: its window started at {start} µs");
+        assert_eq!(at, (start + 3_600_000_000) / 1000, "k{i}: its window started at {start} µs");
     }
 }
