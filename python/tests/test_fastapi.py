@@ -13,6 +13,7 @@ from slowapi.errors import RateLimitExceeded
 from slowapi.util import get_remote_address
 
 import redis_throttle  # noqa: F401  (registers throttle://)
+from http_sequence import sequence
 
 STRATEGIES = ["fixed-window", "moving-window", "sliding-window-counter"]
 
@@ -38,13 +39,7 @@ def make_app(storage_uri, strategy):
 
 def run(app, n, path="/items"):
     with TestClient(app) as client:
-        out = []
-        for _ in range(n):
-            response = client.get(path)
-            out.append((response.status_code, {name: response.headers.get(name) for name in
-                                               ("X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "Retry-After")},
-                        time.time()))
-        return out
+        return sequence(client.get, n, path)
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
