@@ -39,6 +39,13 @@ def module_missing(error: Exception) -> Optional[ThrottleModuleMissing]:
     )
 
 
+def raise_if_module_missing(error: Exception) -> None:
+    """Raises `ThrottleModuleMissing` from `error` when it says the server has no THROTTLE commands."""
+    missing = module_missing(error)
+    if missing is not None:
+        raise missing from error
+
+
 def _milliseconds(value: Union[int, float, timedelta], what: str) -> float:
     if isinstance(value, bool):
         raise TypeError(f"{what} must be seconds, a timedelta or a period string, not a bool")

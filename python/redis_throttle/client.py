@@ -13,7 +13,7 @@ from ._core import (
     all_command,
     command,
     info_from_reply,
-    module_missing,
+    raise_if_module_missing,
 )
 
 T = TypeVar("T")
@@ -40,9 +40,7 @@ class Throttle(_Commands):
         try:
             reply = self.client.execute_command(*args)
         except Exception as error:
-            missing = module_missing(error)
-            if missing is not None:
-                raise missing from error
+            raise_if_module_missing(error)
             raise
         return parse(reply)
 
@@ -78,9 +76,7 @@ class AsyncThrottle(_Commands):
         try:
             reply = await self.client.execute_command(*args)
         except Exception as error:
-            missing = module_missing(error)
-            if missing is not None:
-                raise missing from error
+            raise_if_module_missing(error)
             raise
         return parse(reply)
 

@@ -30,7 +30,7 @@ from limits._storage_scheme import parse_storage_uri
 from limits.aio.storage import base as aio_base
 from limits.storage import base
 
-from ._core import Decision, info_from_reply, module_missing, period_arg
+from ._core import Decision, info_from_reply, period_arg, raise_if_module_missing
 
 #: THROTTLE.FIXED's largest limit: with it FIXED is an unbounded counter, limits' ``incr``.
 UNBOUNDED = 10**15
@@ -112,12 +112,6 @@ def _pattern(prefix: str) -> str:
     return f"{escaped}:*"
 
 
-def _raise_missing(error: Exception) -> None:
-    missing = module_missing(error)
-    if missing is not None:
-        raise missing from error
-
-
 def _cluster_options(uri: str, node: Any, options: Any) -> Any:
     """RedisCluster's arguments from ``throttle+cluster://[user:password@]host:port[,host:port...]``."""
     parsed = parse_storage_uri(uri)
@@ -187,7 +181,7 @@ class ThrottleStorage(
         try:
             return self.storage.execute_command(*args)
         except Exception as error:
-            _raise_missing(error)
+            raise_if_module_missing(error)
             raise
 
     def incr(self, key: str, expiry: int, amount: int = 1) -> int:
@@ -280,7 +274,7 @@ class AsyncThrottleStorage(
         try:
             return await self.storage.execute_command(*args)
         except Exception as error:
-            _raise_missing(error)
+            raise_if_module_missing(error)
             raise
 
     async def incr(self, key: str, expiry: int, amount: int = 1) -> int:
