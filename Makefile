@@ -138,7 +138,7 @@ valgrind: build
 valgrind-short: build
 	@VALGRIND_TESTS="smoke commands persistence" scripts/valgrind.sh
 
-# make test-laravel  the Laravel package (laravel/): composer validate, then its
+# make test-laravel  the Laravel package (clients/laravel/): composer validate, then its
 # PHPUnit suite against the freshly built module, on Debian's Laravel 8.83.
 # Installs the Debian packages it needs when missing (as root).
 .PHONY: test-laravel
@@ -146,18 +146,18 @@ PHP_APT_PACKAGES := php-cli php-redis php-laravel-framework phpunit php-nrk-pred
 
 test-laravel: build
 	$(call apt_install,$(PHP_APT_PACKAGES))
-	cd laravel && HOME="$${HOME:-/tmp}" COMPOSER_ALLOW_SUPERUSER=1 composer validate --strict --no-check-publish --no-check-lock
-	cd laravel && THROTTLE_MODULE=$(abspath $(BUILT_SO)) phpunit
+	cd clients/laravel && HOME="$${HOME:-/tmp}" COMPOSER_ALLOW_SUPERUSER=1 composer validate --strict --no-check-publish --no-check-lock
+	cd clients/laravel && THROTTLE_MODULE=$(abspath $(BUILT_SO)) phpunit
 
-# make test-python  the Python package (python/): its pytest suite and limits'
+# make test-python  the Python package (clients/python/): its pytest suite and limits'
 # own storage tests, in a virtualenv under the build directory with the
-# libraries from PyPI (python/tests/requirements.txt), against the freshly
+# libraries from PyPI (clients/python/tests/requirements.txt), against the freshly
 # built module on a three-node cluster and single servers.
 .PHONY: test-python
 test-python: build
-	THROTTLE_MODULE=$(abspath $(BUILT_SO)) python/tests/run.sh
+	THROTTLE_MODULE=$(abspath $(BUILT_SO)) clients/python/tests/run.sh
 
-# make test-node  the npm package (node/): npm ci (package-lock.json pins the
+# make test-node  the npm package (clients/node/): npm ci (package-lock.json pins the
 # frameworks and clients), its build, then its node --test suite against the
 # freshly built module. Needs Node 20 or later with npm, as the project's
 # machines have (Debian 12's own nodejs is 18: too old for NestJS 12 and
@@ -167,6 +167,6 @@ test-node: build
 	@command -v node >/dev/null && command -v npm >/dev/null \
 	  && node -e 'process.exit(+process.versions.node.split(".")[0] >= 20 ? 0 : 1)' \
 	  || { echo "make test-node needs Node 20 or later and npm (found: $$(node --version 2>/dev/null || echo no node))"; exit 1; }
-	cd node && npm ci --no-audit --no-fund --loglevel=error
-	cd node && npm run build
-	cd node && THROTTLE_MODULE=$(abspath $(BUILT_SO)) npm test
+	cd clients/node && npm ci --no-audit --no-fund --loglevel=error
+	cd clients/node && npm run build
+	cd clients/node && THROTTLE_MODULE=$(abspath $(BUILT_SO)) npm test

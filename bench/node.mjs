@@ -12,7 +12,7 @@
 //
 //   node bench/node.mjs path/to/libredis_throttle.so [bench/node.md]
 //
-// Installs node/'s packages (npm ci) and builds the package when missing.
+// Installs clients/node/'s packages (npm ci) and builds the package when missing.
 import { execFileSync, spawn } from 'node:child_process';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
@@ -20,7 +20,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const repo = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
-const nodeDir = path.join(repo, 'node');
+const nodeDir = path.join(repo, 'clients', 'node');
 const SECONDS = Number(process.env.BENCH_NODE_SECONDS ?? 5);
 const ROUNDS = Number(process.env.BENCH_NODE_ROUNDS ?? 3);
 const CONCURRENCY = 32;

@@ -4,7 +4,7 @@ this repository's Python package (throttle://), side by side in one run.
 
     python3 bench/python_frameworks.py MODULE.so OUT.md
 
-Prepares the Python package's virtualenv (python/tests/run.sh venv) and
+Prepares the Python package's virtualenv (clients/python/tests/run.sh venv) and
 re-runs itself in it. Starts one redis-server with the module on a free
 loopback port (the same server serves both storages) and sends the same
 requests through each framework's test client, for each limits strategy:
@@ -29,7 +29,7 @@ ROOT = os.path.dirname(HERE)
 # No `from __future__ import annotations` here: FastAPI reads the endpoint's
 # annotations (Request, Response) as objects.
 if os.environ.get("BENCH_PY_IN_VENV") != "1":
-    venv_python = subprocess.run([os.path.join(ROOT, "python", "tests", "run.sh"), "venv"], check=True,
+    venv_python = subprocess.run([os.path.join(ROOT, "clients", "python", "tests", "run.sh"), "venv"], check=True,
                                  stdout=subprocess.PIPE, text=True).stdout.strip().splitlines()[-1]
     os.environ["BENCH_PY_IN_VENV"] = "1"
     os.execv(venv_python, [venv_python, *sys.argv])
@@ -51,7 +51,7 @@ redis.Redis.execute_command = _counting_execute_command
 
 import redis_throttle  # noqa: E402,F401  (registers throttle://)
 
-sys.path.insert(0, os.path.join(ROOT, "python", "tests"))
+sys.path.insert(0, os.path.join(ROOT, "clients", "python", "tests"))
 os.environ.setdefault("THROTTLE_MODULE", sys.argv[1] if len(sys.argv) > 1 else "")
 from servers import RedisServer  # noqa: E402
 

@@ -8,4 +8,4 @@ pub mod args;
 pub mod codec;
 pub mod limiter;
 mod module;
-mod waiting;
+mod wait_queue;

@@ -104,7 +104,7 @@ fn run(ctx: Ctx, context_flags: u32, argv: &[RString]) -> Result<(bool, Vec<Outc
     if cost < 0 {
         for (spec, outcome) in specs.iter().zip(&outcomes) {
             if let (true, Some(&name)) = (outcome.changed, argv.get(spec.key_index)) {
-                super::wait::units_returned(ctx, name);
+                super::blocked_clients::units_returned(ctx, name);
             }
         }
     }

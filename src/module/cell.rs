@@ -126,7 +126,7 @@ fn run(ctx: Ctx, argv: &[RString]) -> Result<CellReply, Failure> {
     }
     key.changed(cstr!("cl.throttle"), ttl_us == 0);
     if quantity < 0 {
-        super::wait::units_returned(ctx, key_name);
+        super::blocked_clients::units_returned(ctx, key_name);
     }
     // Replicas and the AOF get the bucket whole with the instant it is full
     // again (redis-cell's own command would run again on their clocks), or

@@ -4,10 +4,10 @@
 use redis_module::raw;
 
 use super::apply::{self, Origin};
+use super::blocked_clients::{self, Behind};
 use super::ffi::{self, Ctx, RString};
 use super::reply::{self, CommandError};
 use super::stats::{self, Counter};
-use super::wait::{self, Behind};
 use crate::args::{parse_call, Algorithm, ArgError, Call, PackedCall};
 use crate::limiter::NEVER;
 
@@ -26,7 +26,7 @@ pub(crate) fn throttle(ctx: Ctx, argv: &[RString], algorithm: Algorithm) {
         // answers at once.
         let mut blocking = call.block_ms.is_some() && call.at_us.is_none();
         if blocking {
-            match wait::behind_waiters(ctx, *key_name, algorithm, &call) {
+            match blocked_clients::behind_waiters(ctx, *key_name, algorithm, &call) {
                 Behind::Queued => return Ok(None),
                 Behind::Full => blocking = false,
                 Behind::Run => {}
@@ -35,11 +35,11 @@ pub(crate) fn throttle(ctx: Ctx, argv: &[RString], algorithm: Algorithm) {
         let now_us = call.at_us.unwrap_or_else(super::clock::now_us);
         let outcome = apply::execute(ctx, *key_name, algorithm, &call, now_us, Origin::Handler { context_flags })?;
         if call.cost < 0 && outcome.changed {
-            wait::units_returned(ctx, *key_name);
+            blocked_clients::units_returned(ctx, *key_name);
         }
         let decision = outcome.decision;
         let may_wait = blocking && !decision.allowed && decision.retry_after_ms != NEVER;
-        if may_wait && wait::until_admitted(ctx, *key_name, algorithm, &call, decision.retry_after_ms) {
+        if may_wait && blocked_clients::until_admitted(ctx, *key_name, algorithm, &call, decision.retry_after_ms) {
             return Ok(None);
         }
         Ok(Some(decision))
@@ -68,7 +68,7 @@ pub(crate) fn packed_call(ctx: Ctx, argv: &[RString]) {
         let now_us = call.at_us.unwrap_or_else(super::clock::now_us);
         let outcome = apply::execute(ctx, *key_name, algorithm, &call, now_us, Origin::Handler { context_flags })?;
         if call.cost < 0 && outcome.changed {
-            wait::units_returned(ctx, *key_name);
+            blocked_clients::units_returned(ctx, *key_name);
         }
         Ok((context_flags, outcome.decision))
     })();

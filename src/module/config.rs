@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use redis_module::{raw, RedisString};
 
 use super::ffi::{cstr, Ctx};
-use crate::waiting::Caps;
+use crate::wait_queue::Caps;
 
 /// Whether `CL.THROTTLE` (redis-cell's command) is registered. Off for
 /// servers that also load redis-cell, whose command has the same name.

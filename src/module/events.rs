@@ -14,7 +14,7 @@ use std::ffi::{c_int, c_void};
 use redis_module::raw;
 
 use super::ffi::Ctx;
-use super::{propagation, wait};
+use super::{blocked_clients, propagation};
 
 const SERVER_EVENTS: [u64; 6] = [
     raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
@@ -49,17 +49,17 @@ unsafe extern "C" fn on_server_event(ctx: Ctx, event: raw::RedisModuleEvent, sub
         raw::REDISMODULE_EVENT_LOADING => {
             propagation::forget();
             if subevent == raw::REDISMODULE_SUBEVENT_LOADING_ENDED {
-                wait::database_changed(ctx, None);
+                blocked_clients::database_changed(ctx, None);
             }
         }
         raw::REDISMODULE_EVENT_FLUSHDB if subevent == raw::REDISMODULE_SUBEVENT_FLUSHDB_END => {
             let Some(info) = data.cast::<raw::RedisModuleFlushInfoV1>().as_ref() else { return };
-            wait::database_changed(ctx, (info.dbnum >= 0).then_some(info.dbnum));
+            blocked_clients::database_changed(ctx, (info.dbnum >= 0).then_some(info.dbnum));
         }
         raw::REDISMODULE_EVENT_SWAPDB => {
             let Some(info) = data.cast::<raw::RedisModuleSwapDbInfoV1>().as_ref() else { return };
-            wait::database_changed(ctx, Some(info.dbnum_first));
-            wait::database_changed(ctx, Some(info.dbnum_second));
+            blocked_clients::database_changed(ctx, Some(info.dbnum_first));
+            blocked_clients::database_changed(ctx, Some(info.dbnum_second));
         }
         raw::REDISMODULE_EVENT_FLUSHDB => {}
         _ => propagation::forget(),

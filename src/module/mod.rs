@@ -4,6 +4,7 @@
 mod all;
 mod alloc;
 mod apply;
+mod blocked_clients;
 mod cell;
 mod clock;
 mod commands;
@@ -17,7 +18,6 @@ mod propagation;
 mod reply;
 mod stats;
 mod types;
-mod wait;
 
 use std::ffi::{c_int, CString};
 
@@ -346,7 +346,7 @@ fn add_throttle_category(ctx: Ctx) {
 
 /// The `throttle_stats` INFO section.
 unsafe extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int) {
-    let _ = std::panic::catch_unwind(|| stats::info(ctx, &[(c"waiting_clients", wait::waiting() as u64)]));
+    let _ = std::panic::catch_unwind(|| stats::info(ctx, &[(c"waiting_clients", blocked_clients::waiting() as u64)]));
 }
 
 /// Everything that can fail comes before the event subscriptions, the last
@@ -394,8 +394,8 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         ctx.log_warning("throttle: could not subscribe to server events");
         return Status::Err;
     }
-    wait::prepare(ctx.ctx);
-    types::on_unlink(wait::key_removed);
+    blocked_clients::prepare(ctx.ctx);
+    types::on_unlink(blocked_clients::key_removed);
     Status::Ok
 }
 

@@ -18,7 +18,7 @@ import redis
 
 
 def module_path() -> str:
-    default = os.path.join(os.path.dirname(__file__), "..", "..", "target", "release", "libredis_throttle.so")
+    default = os.path.join(os.path.dirname(__file__), "..", "..", "..", "target", "release", "libredis_throttle.so")
     path = os.environ.get("THROTTLE_MODULE") or default
     if not path or not os.path.isfile(path):
         raise RuntimeError(f"THROTTLE_MODULE must name the built module (libredis_throttle.so); got {path!r}")

@@ -1,4 +1,4 @@
-"""`pip install ./python` into a fresh virtualenv, then the README's Flask
+"""`pip install ./clients/python` into a fresh virtualenv, then the README's Flask
 example, as written, against a server with the module."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 PACKAGE = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-ROOT = os.path.dirname(PACKAGE)
+ROOT = os.path.dirname(os.path.dirname(PACKAGE))
 
 
 def flask_example(readme):
@@ -25,7 +25,7 @@ def test_readme_flask_example_in_a_fresh_virtualenv(server, r, tmp_path):
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     python = str(venv / "bin" / "python")
     with open(os.path.join(PACKAGE, "README.md")) as f:
-        install = re.search(r"pip install (\./python.*)", f.read()).group(1)
+        install = re.search(r"pip install (\./clients/python.*)", f.read()).group(1)
     subprocess.run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", *install.split()],
                    check=True, cwd=ROOT)
     (tmp_path / "app.py").write_text(example.replace("localhost:6379", server.url))

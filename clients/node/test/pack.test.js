@@ -49,7 +49,7 @@ it('the tarball holds the ESM and CommonJS builds with their types, and no sourc
 
 /** The README's examples: each fenced block after `<!-- node-example: NAME -->`. */
 function readmeExamples() {
-  const readme = readFileSync(path.join(root, '../README.md'), 'utf8');
+  const readme = readFileSync(path.join(root, '../../README.md'), 'utf8');
   const examples = {};
   for (const m of readme.matchAll(/<!-- node-example: (\S+) -->\n```js\n([\s\S]*?)```/g)) examples[m[1]] = m[2];
   return examples;

@@ -2,7 +2,7 @@
 //! its time is up, in arrival order per key, without polling.
 //!
 //! Who owns what:
-//! - [`crate::waiting::Waiters`] owns the queues: arrival order, deadlines
+//! - [`crate::wait_queue::Waiters`] owns the queues: arrival order, deadlines
 //!   (on a monotonic clock), the caps, and each queue's one pending timer.
 //! - Redis owns the blocked clients. Each waiter is blocked on its key
 //!   (`RedisModule_BlockClientOnKeys`), so Redis treats it as it treats its
@@ -46,7 +46,7 @@ use super::reply::{self, CommandError};
 use super::stats::{self, Counter};
 use crate::args::{Algorithm, Call};
 use crate::limiter::{Decision, NEVER};
-use crate::waiting::{ClientId, Db, QueueId, Timer, Waiters};
+use crate::wait_queue::{ClientId, Db, QueueId, Timer, Waiters};
 
 type BlockedClient = *mut raw::RedisModuleBlockedClient;
 

@@ -15,7 +15,7 @@ import { createClient } from 'redis';
 const here = path.dirname(fileURLToPath(import.meta.url));
 
 /** The module under test: THROTTLE_MODULE (make test-node sets it), else the release build of this checkout. */
-export const MODULE = process.env.THROTTLE_MODULE || path.resolve(here, '../../../target/release/libredis_throttle.so');
+export const MODULE = process.env.THROTTLE_MODULE || path.resolve(here, '../../../../target/release/libredis_throttle.so');
 const SERVER = process.env.THROTTLE_REDIS_SERVER || 'redis-server';
 
 /** A port the kernel just handed out on 127.0.0.1, never 6379. */
