@@ -36,11 +36,15 @@ build: deps
 run: build
 	@scripts/run.sh $(PORT)
 
-# The servers the tests run on besides Debian's Redis 7.0: Redis 8.2.3 and
-# Valkey 8.1.8, fetched once (pinned, hash-checked) into the build directory.
+# The servers the tests run on besides Debian's Redis 7.0: Redis 8.2.3,
+# Valkey 8.1.8 and Valkey 9.1.2, fetched once (pinned, hash-checked) into
+# the build directory. THROTTLE_SERVERS lists all four for the package
+# suites (space-separated binaries; redis-server is Debian's 7.0).
 SERVERS_DIR = $(abspath $(or $(CARGO_TARGET_DIR),target))/servers
 REDIS_8     = $(SERVERS_DIR)/redis-8.2.3/redis-server
 VALKEY_8    = $(SERVERS_DIR)/valkey-8.1.8/valkey-server
+VALKEY_9    = $(SERVERS_DIR)/valkey-9.1.2/valkey-server
+export THROTTLE_SERVERS := redis-server $(REDIS_8) $(VALKEY_8) $(VALKEY_9)
 
 servers:
 	@scripts/servers.sh $(SERVERS_DIR) >/dev/null
@@ -52,6 +56,7 @@ test: build servers lint
 	$(CARGO) test --all-targets
 	THROTTLE_REDIS_SERVER=$(REDIS_8) $(CARGO) test --test '*'
 	THROTTLE_REDIS_SERVER=$(VALKEY_8) $(CARGO) test --test '*'
+	THROTTLE_REDIS_SERVER=$(VALKEY_9) $(CARGO) test --test '*'
 	@$(MAKE) --no-print-directory valgrind-short
 	@$(MAKE) --no-print-directory test-laravel
 	@$(MAKE) --no-print-directory test-python

