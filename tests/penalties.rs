@@ -339,3 +339,17 @@ fn a_banned_key_survives_reload_and_restore() {
         assert_eq!(digest(&mut c, &format!("{key}:copy")), digest(&mut c, key));
     }
 }
+
+/// COMMAND DOCS names every penalty option of each command.
+#[test]
+fn command_docs_name_the_penalty_options() {
+    let server = Server::start();
+    let mut c = server.conn();
+    for command in ["THROTTLE.FIXED", "THROTTLE.SLIDING", "THROTTLE.TOKEN", "THROTTLE.LEAKY"] {
+        let docs: Value = call(&mut c, &format!("COMMAND DOCS {command}")).unwrap();
+        let text = format!("{docs:?}");
+        for token in ["BAN", "RENEW", "BACKOFF", "TALLY", "FORCE", "NOW", "DETAIL", "BLOCK"] {
+            assert!(text.contains(&format!("\"{token}\"")), "{command}: no {token} in {text}");
+        }
+    }
+}
