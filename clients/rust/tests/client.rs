@@ -59,12 +59,14 @@ async fn every_algorithm_answers_as_the_module_documents() {
             assert_eq!(five(&d), (true, 10, 1, 0, 18_000), "{ctx}");
             let d = t.sliding(&k("sms"), Quota::per_hour(n(3)), Sliding::Exact, &Options::new().at(t0())).await;
             assert_eq!(five(&d.unwrap()), (true, 3, 2, 0, 3_600_000), "{ctx}");
-            // FLOOR: the previous window's 10 units weigh 8.0 at 12 s, so
-            // a tenth call at 12 s fits where the estimate counts it too.
-            let d = t.sliding(&k("floor"), ten, Sliding::Floor, &Options::new().cost(10).at(at_ms(9_000))).await;
-            assert!(d.unwrap().allowed, "{ctx}");
-            let d = t.sliding(&k("floor"), ten, Sliding::Floor, &Options::new().cost(2).at(at_ms(12_000))).await;
-            assert_eq!(five(&d.unwrap()).0, true, "{ctx}");
+            // At 12.5 s the previous window's 10 units weigh 7.5: the
+            // estimate has no room for 3 more, FLOOR (7) has.
+            for (mode, admitted) in [(Sliding::Estimate, false), (Sliding::Floor, true)] {
+                let key = k(&format!("{mode:?}"));
+                assert!(t.sliding(&key, ten, mode, &Options::new().cost(10).at(at_ms(9_000))).await.unwrap().allowed);
+                let d = t.sliding(&key, ten, mode, &Options::new().cost(3).at(at_ms(12_500))).await.unwrap();
+                assert_eq!(d.allowed, admitted, "{ctx}: {mode:?} {d:?}");
+            }
             let e = t.sliding(&k("bob"), ten, Sliding::Exact, &Options::new().at(at_ms(12_000))).await.unwrap_err();
             assert!(e.to_string().contains("WRONGTYPE"), "{ctx}: {e}");
 
