@@ -9,7 +9,7 @@ use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr
 use redis::{Cmd, RedisFuture, Value};
 
 use crate::error::Error;
-use crate::options::{AllOptions, Options, Spec};
+use crate::options::{at_args, AllOptions, Options, Spec};
 use crate::quota::{Limit, Quota, Sliding};
 use crate::reply::{self, AllDecision, Decision, Info};
 
@@ -245,12 +245,7 @@ impl<C: Connection> Throttle<C> {
     /// `THROTTLE.INFO key AT µs`: the state as it is at `at`.
     pub async fn info_at(&self, key: &str, at: Option<SystemTime>) -> Result<Option<Info>, Error> {
         let mut args = vec![key.to_string()];
-        if let Some(at) = at {
-            // AT alone: the same check as a call's.
-            let mut at_args = Vec::new();
-            AllOptions::new().at(at).args(&mut at_args)?;
-            args.extend(at_args);
-        }
+        at_args(at, &mut args)?;
         let reply = self.send("THROTTLE.INFO", key, args).await?;
         reply::info(&reply)
     }

@@ -96,7 +96,7 @@ impl Penalty {
 }
 
 /// `AT`: the call's time instead of the server's clock, as Unix µs.
-fn at_args(at: Option<SystemTime>, out: &mut Vec<String>) -> Result<(), Error> {
+pub(crate) fn at_args(at: Option<SystemTime>, out: &mut Vec<String>) -> Result<(), Error> {
     if let Some(at) = at {
         let us = at
             .duration_since(UNIX_EPOCH)

@@ -5,17 +5,12 @@
 
 mod common;
 
-use std::num::NonZeroU64;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::{servers, t0, Server};
+use common::{n, servers, t0, Server};
 use redis_throttle_client::{
-    AllOptions, Ban, Decision, Detail, Error, Limit, Options, Penalty, Quota, Sliding, Spec, Throttle,
+    AllOptions, Ban, Decision, Detail, Error, Limit, Options, Penalty, Plain, Quota, Sliding, Spec, Throttle,
 };
-
-fn n(v: u64) -> NonZeroU64 {
-    NonZeroU64::new(v).expect("not zero")
-}
 
 fn ms(v: u64) -> Duration {
     Duration::from_millis(v)
@@ -286,8 +281,8 @@ async fn a_server_without_the_module_says_how_to_load_it() {
     }
 }
 
-/// The same calls through a ConnectionManager; BLOCK waits on the server
-/// until the call is admitted.
+/// The same calls through a ConnectionManager and through Plain; BLOCK
+/// waits on the server until the call is admitted.
 #[tokio::test]
 async fn connection_manager_and_block() {
     for binary in servers() {
@@ -301,5 +296,9 @@ async fn connection_manager_and_block() {
         // refills, and is admitted (nothing here measures how long).
         let admitted = t.token("b", rate, None, &Options::new().block(Duration::from_secs(20))).await.unwrap();
         assert!(admitted.allowed, "{binary}: {admitted:?}");
+        // Any other cheap-to-clone ConnectionLike, wrapped in Plain.
+        let plain = Throttle::new(Plain(t.connection().clone()));
+        let d = plain.fixed("plain", Quota::per_minute(n(2)), &Options::new().at(t0())).await.unwrap();
+        assert_eq!(five(&d), (true, 2, 1, 0, 60_000), "{binary}");
     }
 }

@@ -7,20 +7,15 @@
 mod common;
 
 use std::collections::{BTreeSet, HashMap};
-use std::num::NonZeroU64;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use axum::routing::get;
 use axum::Router;
-use common::{free_port, serve, servers, t0, Server};
+use common::{free_port, n, serve, servers, t0, Server};
 use redis::cluster_async::ClusterConnection;
 use redis_throttle_client::layer::{Global, ManualClock, RateLimitConfig, RateLimitLayer};
 use redis_throttle_client::{AllOptions, Limit, Options, Quota, Spec, Throttle};
-
-fn n(v: u64) -> NonZeroU64 {
-    NonZeroU64::new(v).expect("not zero")
-}
 
 /// A free port whose cluster bus port (`port + 10000`) is free too.
 fn free_cluster_port() -> u16 {

@@ -7,21 +7,16 @@
 
 mod common;
 
-use std::num::NonZeroU64;
 use std::time::Duration;
 
 use axum::routing::get;
 use axum::Router;
-use common::{serve, servers, t0, Server};
+use common::{n, serve, servers, t0, Server};
 use redis::aio::MultiplexedConnection;
 use redis_throttle_client::layer::{
     FailureMode, Header, Headers, KeyFn, ManualClock, RateLimitConfig, RateLimitConfigBuilder, RateLimitLayer,
 };
 use redis_throttle_client::{Ban, Limit, Penalty, Quota, Throttle};
-
-fn n(v: u64) -> NonZeroU64 {
-    NonZeroU64::new(v).expect("not zero")
-}
 
 fn app(layer: RateLimitLayer<MultiplexedConnection, axum::body::Body>) -> Router {
     Router::new().route("/", get(|| async { "ok" })).layer(layer)

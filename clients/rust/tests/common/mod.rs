@@ -18,6 +18,10 @@ pub fn t0() -> SystemTime {
     UNIX_EPOCH + Duration::from_secs(4_000_000_000)
 }
 
+pub fn n(v: u64) -> std::num::NonZeroU64 {
+    std::num::NonZeroU64::new(v).expect("not zero")
+}
+
 /// The server binaries to run every test on: `THROTTLE_REDIS_SERVER` (one),
 /// else `THROTTLE_SERVERS` (space-separated, as the Makefile exports it),
 /// else `redis-server` on PATH.
