@@ -10,6 +10,7 @@ mod bucket;
 pub mod cell;
 mod fixed;
 mod pack;
+mod lease;
 mod penalty;
 #[cfg(test)]
 mod proptests;
@@ -18,6 +19,10 @@ mod sliding_log;
 
 pub use bucket::{Bucket, LeakyBucket, TokenBucket};
 pub use fixed::FixedWindow;
+pub use lease::{
+    valid_lease_us, Effect, Lease, LeaseOutcome, LeaseParamError, LeaseParams, Leases, Token, LATEST_END_US, MAX_HOLDERS,
+    MAX_TOKEN_LEN,
+};
 pub use penalty::{Ban, Detail, Escalation, Penalized, Rules};
 pub(crate) use sliding::Counts;
 pub use sliding::SlidingWindow;
