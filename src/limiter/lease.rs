@@ -36,7 +36,8 @@ pub struct Lease {
 /// The leases of one key.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Leases {
-    /// The limit of the latest acquisition (`THROTTLE.INFO` shows it).
+    /// The limit of the latest acquisition of a new slot (`THROTTLE.INFO`
+    /// shows it); the key never holds more leases.
     pub(crate) limit: u64,
     /// The time of the latest change: a call earlier than it counts at it.
     pub(crate) updated_at_us: u64,
@@ -210,8 +211,10 @@ impl Leases {
         if !held && self.live(now_us).len() as u64 >= params.limit {
             return LeaseOutcome { decision: self.decision(params.limit, now_us, false), effect: None };
         }
-        let effect =
-            Effect { at_us: now_us, limit: params.limit, token, until_us: Some(now_us + params.lease_us) };
+        // A renewal keeps the key's limit: the state then holds no more
+        // leases than its limit, whatever limit later calls bring.
+        let limit = if held { self.limit } else { params.limit };
+        let effect = Effect { at_us: now_us, limit, token, until_us: Some(now_us + params.lease_us) };
         self.apply(&effect);
         LeaseOutcome { decision: self.decision(params.limit, now_us, true), effect: Some(effect) }
     }
@@ -515,6 +518,7 @@ mod proptests {
                 prop_assert!(live.len() as u64 <= limit, "{} holders over {}", live.len(), limit);
                 prop_assert_eq!(live.len(), live_model(&model, at));
                 prop_assert!(k.leases.windows(2).all(|w| w[0] < w[1]), "sorted by end and token");
+                prop_assert!(k.leases.len() as u64 <= k.limit, "stored over the key's limit");
                 let d = k.decision(limit, at, true);
                 prop_assert_eq!(d.remaining, limit - live.len() as u64);
                 let last = model.values().filter(|&&u| u > at).max().map_or(0, |u| u - at);
