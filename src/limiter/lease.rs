@@ -103,6 +103,13 @@ impl Token {
         Some(token)
     }
 
+    /// A token of 32 bytes, as the master makes them.
+    pub fn hex(text: [u8; 32]) -> Token {
+        let mut bytes = [0; MAX_TOKEN_LEN];
+        bytes[..32].copy_from_slice(&text);
+        Token { len: 32, bytes }
+    }
+
     pub fn as_bytes(&self) -> &[u8] {
         self.bytes.get(..usize::from(self.len)).unwrap_or_default()
     }
@@ -269,6 +276,21 @@ impl Leases {
         }
         self.limit = effect.limit;
         self.updated_at_us = at_us;
+    }
+
+    /// What every change leaves, and so what a replica may hold: no more
+    /// leases than the limit, each ending after the latest change and at
+    /// most the longest lease after it, sorted, with tokens of 1 to
+    /// [`MAX_TOKEN_LEN`] bytes.
+    pub fn well_formed(&self) -> bool {
+        let at = self.updated_at_us;
+        (1..=MAX_HOLDERS).contains(&self.limit)
+            && self.leases.len() as u64 <= self.limit
+            && at <= MAX_TIME_US
+            && self.leases.iter().all(|l| {
+                l.until_us > at && l.until_us - at <= MAX_PERIOD_US && (1..=MAX_TOKEN_LEN).contains(&l.token.len())
+            })
+            && self.leases.windows(2).all(|w| w.first() < w.get(1))
     }
 
     /// Bytes held outside the state itself.
@@ -519,6 +541,7 @@ mod proptests {
                 prop_assert_eq!(live.len(), live_model(&model, at));
                 prop_assert!(k.leases.windows(2).all(|w| w[0] < w[1]), "sorted by end and token");
                 prop_assert!(k.leases.len() as u64 <= k.limit, "stored over the key's limit");
+                prop_assert!(k.well_formed() || k.is_empty());
                 let d = k.decision(limit, at, true);
                 prop_assert_eq!(d.remaining, limit - live.len() as u64);
                 let last = model.values().filter(|&&u| u > at).max().map_or(0, |u| u - at);

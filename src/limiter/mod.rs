@@ -9,8 +9,8 @@
 mod bucket;
 pub mod cell;
 mod fixed;
-mod pack;
 mod lease;
+mod pack;
 mod penalty;
 #[cfg(test)]
 mod proptests;
@@ -20,8 +20,8 @@ mod sliding_log;
 pub use bucket::{Bucket, LeakyBucket, TokenBucket};
 pub use fixed::FixedWindow;
 pub use lease::{
-    valid_lease_us, Effect, Lease, LeaseOutcome, LeaseParamError, LeaseParams, Leases, Token, LATEST_END_US, MAX_HOLDERS,
-    MAX_TOKEN_LEN,
+    valid_lease_us, Effect, Lease, LeaseOutcome, LeaseParamError, LeaseParams, Leases, Token, LATEST_END_US,
+    MAX_HOLDERS, MAX_TOKEN_LEN,
 };
 pub use penalty::{Ban, Detail, Escalation, Penalized, Rules};
 pub(crate) use sliding::Counts;
