@@ -353,12 +353,18 @@ pub(crate) fn apply_lease_effect(
     let at = leases.effective(effect.at_us);
     let last = leases.live(at).last().map_or(0, |l| l.until_us - at);
     let idle = leases.is_empty();
-    match key.slot::<Leases>(Leases::redis_type()) {
-        Slot::Mine(stored) if !idle => *stored = leases,
-        _ if !idle && !key.set(Leases::redis_type(), leases) => {
+    if !idle {
+        // A replica's key takes the new leases in place.
+        let stored = match key.slot::<Leases>(Leases::redis_type()) {
+            Slot::Mine(stored) => {
+                *stored = leases;
+                true
+            }
+            _ => key.set(Leases::redis_type(), leases),
+        };
+        if !stored {
             return Err(CommandError::Refused("ERR could not store the leases".to_string()));
         }
-        _ => {}
     }
     let event = if effect.until_us.is_some() {
         super::ffi::cstr!("throttle.acquire")
