@@ -22,15 +22,16 @@ pub(crate) enum Origin {
 }
 
 /// What one call did to its key.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Outcome {
     pub decision: Decision,
     /// The key's state changed: it was settled and must be propagated.
     pub changed: bool,
     /// The reply's extra fields, when the call asked for them (`DETAIL`).
     pub detail: Option<Detail>,
-    /// An admitted `THROTTLE.ACQUIRE`'s lease token.
-    pub token: Option<Token>,
+    /// An admitted `THROTTLE.ACQUIRE`'s lease token (boxed: the rate
+    /// commands' outcomes stay small).
+    pub token: Option<Box<Token>>,
 }
 
 /// Apply changes the key; DryRun answers what Apply would, changing nothing.
@@ -272,7 +273,7 @@ pub(crate) fn execute_lease(
         LeaseCall::Acquire(a) => {
             let token = a.token.unwrap_or_else(|| new_token(leases));
             let o = leases.acquire(&a.params, token, now_us);
-            (o.decision, o.decision.allowed.then_some(token), o.effect)
+            (o.decision, o.decision.allowed.then(|| Box::new(token)), o.effect)
         }
         LeaseCall::Holder(h) => {
             let effect = match h.lease_us {

@@ -132,7 +132,7 @@ pub(crate) fn acquire(ctx: Ctx, argv: &[RString]) {
     match result {
         Ok(Some(outcome)) => {
             counters.add(if outcome.decision.allowed { Counter::Admitted } else { Counter::Limited });
-            reply::lease(ctx, context_flags, &outcome.decision, outcome.token.as_ref());
+            reply::lease(ctx, context_flags, &outcome.decision, outcome.token.as_deref());
         }
         Ok(None) => counters.add(Counter::Blocked),
         Err(e) => e.reply(ctx),
