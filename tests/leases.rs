@@ -359,6 +359,60 @@ fn resp3_replies_are_maps_with_the_token() {
     assert_eq!(v, Value::Array([0, 1, 0, 60_000, 60_000].map(Value::Int).to_vec()));
 }
 
+/// Only a change touches the key: refused calls, releases and renewals of
+/// tokens not held, and THROTTLE.INFO leave a WATCH alone and emit no
+/// event; each change emits its command's event, and `del` with the last
+/// lease.
+#[test]
+fn only_changes_touch_the_key_and_each_emits_an_event() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let mut other = server.conn();
+    let _: () = call(&mut c, "CONFIG SET notify-keyspace-events KEA").expect("CONFIG SET");
+    let mut listener = server.conn();
+    let mut pubsub = listener.as_pubsub();
+    pubsub.psubscribe("__keyevent@0__:*").expect("PSUBSCRIBE");
+    pubsub.set_read_timeout(Some(Duration::from_secs(2))).expect("read timeout");
+    // (line, the transaction watching `k` still runs, events)
+    let steps: &[(&str, bool, &[&str])] = &[
+        ("THROTTLE.ACQUIRE k 1 1m ID a", false, &["throttle.acquire"]),
+        ("THROTTLE.ACQUIRE k 1 1m ID b", true, &[]),
+        ("THROTTLE.ACQUIRE k 1 1m ID b BLOCK 1", true, &[]),
+        ("THROTTLE.RELEASE k b", true, &[]),
+        ("THROTTLE.RENEW k b 1m", true, &[]),
+        ("THROTTLE.INFO k", true, &[]),
+        ("THROTTLE.RENEW k a 2m", false, &["throttle.renew"]),
+        ("THROTTLE.ACQUIRE k 1 1m ID a", false, &["throttle.acquire"]),
+        ("THROTTLE.RELEASE k a", false, &["throttle.release", "del"]),
+        ("SET marker 1", true, &["set"]),
+    ];
+    for (line, untouched, _) in steps {
+        let _: () = call(&mut c, "WATCH k").expect("WATCH");
+        let _: Value = call(&mut other, line).unwrap_or_else(|e| panic!("{line}: {e}"));
+        let _: () = call(&mut c, "MULTI").expect("MULTI");
+        let _: Value = call(&mut c, "PING").expect("queued");
+        let exec: Value = call(&mut c, "EXEC").expect("EXEC");
+        assert_eq!(exec != Value::Nil, *untouched, "`{line}`: WATCH");
+    }
+    let mut events = Vec::new();
+    while let Ok(message) = pubsub.get_message() {
+        let key: String = message.get_payload().expect("payload");
+        let event = message.get_channel_name().trim_start_matches("__keyevent@0__:").to_string();
+        events.push(format!("{event} {key}"));
+        if key == "marker" {
+            break;
+        }
+    }
+    let want: Vec<String> = steps
+        .iter()
+        .flat_map(|(line, _, names)| {
+            let key = line.split(' ').nth(1).unwrap_or_default();
+            names.iter().map(move |name| format!("{name} {key}"))
+        })
+        .collect();
+    assert_eq!(events, want);
+}
+
 // ---------------------------------------------------------------------------
 // 2. Waiting
 // ---------------------------------------------------------------------------
