@@ -557,8 +557,9 @@ fn on_a_replica_waiters_follow_the_write_rules() {
     let e = error(&mut r, "THROTTLE.ACQUIRE w 1 1s");
     assert!(e.starts_with("READONLY"), "a read-only replica: {e}");
     let _: () = call(&mut r, "CONFIG SET replica-read-only no").expect("CONFIG SET");
-    acquire(&mut r, "THROTTLE.ACQUIRE w 1 300ms ID h");
-    let waiter = Waiter::queued(&replica.url(), &mut r, "THROTTLE.ACQUIRE w 1 1m ID next BLOCK 20000", 1);
+    acquire(&mut r, "THROTTLE.ACQUIRE w 1 1m ID h");
+    let waiter = Waiter::queued(&replica.url(), &mut r, "THROTTLE.ACQUIRE w 1 1m ID next BLOCK 60000", 1);
+    assert_eq!(int(&mut r, "THROTTLE.RELEASE w h"), 1);
     let (got, _) = waiter.reply();
     assert_eq!(got, Acquired { fields: [1, 1, 0, 0, 60_000], token: Some("next".into()) });
     assert_eq!(waiting(&mut r), 0);
