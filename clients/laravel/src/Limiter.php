@@ -69,13 +69,17 @@ final class Limiter
     /**
      * Several limits at once, all or nothing, in one round trip
      * (`THROTTLE.ALL`; one limit is sent as its own command). In Redis Cluster
-     * the keys must share a hash slot: give them the same `{tag}`.
+     * the keys must share a hash slot: give them the same `{tag}`. No limits:
+     * admitted, without a call. $cost 0 only looks.
      *
      * @param list<array{0: string, 1: string, 2: int, 3: int}> $limits [key, algorithm, limit, period ms] each
      * @return array{0: bool, 1: list<Reply>} admitted, then one reply per limit in order
      */
     public function attemptAll(array $limits, int $cost = 1): array
     {
+        if ($limits === []) {
+            return [true, []]; // no limit refuses
+        }
         if (count($limits) === 1) {
             [$key, $algorithm, $limit, $periodMs] = $limits[0];
             $reply = $this->attempt($key, $algorithm, $limit, $periodMs, $cost);
