@@ -120,7 +120,11 @@ final class Limiter
         return $prefix === null ? $key : $prefix->getPrefix() . $key;
     }
 
-    /** Sends through the connection's command(), so Laravel's CommandExecuted events still fire. */
+    /**
+     * Sends through the connection's command(), so Laravel's CommandExecuted
+     * events still fire. An error reply throws: ThrottleModuleMissingException
+     * when the server does not know the command, else a RuntimeException.
+     */
     private function send(array $args, string $key): array
     {
         $client = $this->connection->client();
@@ -135,7 +139,8 @@ final class Limiter
         }
         if (!is_array($reply)) {
             $error = is_string($reply) ? $reply : ($client->getLastError() ?? 'no reply');
-            throw new RuntimeException("{$args[0]} failed: $error");
+            throw ThrottleModuleMissingException::fromError($args[0], $error)
+                ?? new RuntimeException("{$args[0]} failed: $error");
         }
         return $reply;
     }

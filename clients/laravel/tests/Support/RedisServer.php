@@ -7,9 +7,11 @@ namespace RedisThrottle\Laravel\Tests\Support;
 use RuntimeException;
 
 /**
- * A real redis-server with the module loaded, on a free loopback port, in a
- * temporary directory of its own. Stopped with SHUTDOWN NOSAVE, then by its
- * own process handle if it is still running.
+ * A real server with the module loaded, on a free loopback port, in a
+ * temporary directory of its own. The binary is THROTTLE_REDIS_SERVER
+ * (default `redis-server` on PATH; `make test-laravel` runs the suite once
+ * for each server in THROTTLE_SERVERS). Stopped with SHUTDOWN NOSAVE, then by
+ * its own process handle if it is still running.
  */
 final class RedisServer
 {
@@ -18,13 +20,17 @@ final class RedisServer
     /** @var resource */
     private $process;
 
-    /** @param list<string> $extraArgs further redis-server options, e.g. ['--cluster-enabled', 'yes'] */
-    public function __construct(array $extraArgs = [])
+    /**
+     * @param list<string> $extraArgs further server options, e.g. ['--cluster-enabled', 'yes']
+     * @param bool $loadModule false: a server without the module
+     */
+    public function __construct(array $extraArgs = [], bool $loadModule = true)
     {
         $module = getenv('THROTTLE_MODULE') ?: '';
         if ($module === '' || !is_file($module)) {
             throw new RuntimeException("THROTTLE_MODULE must name the built module (libredis_throttle.so); got '$module'");
         }
+        $binary = self::binary();
         $this->dir = sys_get_temp_dir() . '/throttle-laravel-' . bin2hex(random_bytes(6));
         mkdir($this->dir);
 
@@ -32,9 +38,9 @@ final class RedisServer
         // server's bind: try a few fresh ports before giving up.
         for ($attempt = 1; ; $attempt++) {
             $this->port = self::freePort();
-            $args = ['redis-server', '--port', (string) $this->port, '--bind', '127.0.0.1',
+            $args = [$binary, '--port', (string) $this->port, '--bind', '127.0.0.1',
                 '--save', '', '--appendonly', 'no', '--dir', $this->dir,
-                '--logfile', $this->dir . '/redis.log', '--loadmodule', $module, ...$extraArgs];
+                '--logfile', $this->dir . '/redis.log', ...($loadModule ? ['--loadmodule', $module] : []), ...$extraArgs];
             $this->process = proc_open($args, [0 => ['file', '/dev/null', 'r'], 1 => ['file', '/dev/null', 'w'], 2 => ['file', '/dev/null', 'w']], $pipes);
             if ($this->waitUntilReady()) {
                 return;
@@ -43,9 +49,15 @@ final class RedisServer
             proc_close($this->process);
             if ($attempt === 5) {
                 $log = @file_get_contents($this->dir . '/redis.log');
-                throw new RuntimeException("redis-server did not start:\n$log");
+                throw new RuntimeException("$binary did not start:\n$log");
             }
         }
+    }
+
+    /** THROTTLE_REDIS_SERVER, else `redis-server`. */
+    public static function binary(): string
+    {
+        return getenv('THROTTLE_REDIS_SERVER') ?: 'redis-server';
     }
 
     /**
