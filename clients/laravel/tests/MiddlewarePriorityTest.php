@@ -14,6 +14,7 @@ use RedisThrottle\Laravel\Tests\Support\App\StockHttpKernel;
 use RedisThrottle\Laravel\Tests\Support\LaravelApp;
 use RedisThrottle\Laravel\Tests\Support\TestCase;
 use RedisThrottle\Laravel\ThrottleRequests;
+use RedisThrottle\Laravel\ThrottleServiceProvider;
 use Symfony\Component\HttpFoundation\Response;
 
 /**
@@ -91,6 +92,20 @@ final class MiddlewarePriorityTest extends TestCase
         $kernel->prependToMiddlewarePriority('Some\\Middleware');
         $this->assertSame($kernel->getMiddlewarePriority(), $app['router']->middlewarePriority);
         $this->assertContains(ThrottleRequests::class, $app['router']->middlewarePriority);
+    }
+
+    /** Once, right after Laravel's throttle; a list without it is left as Laravel would leave it. */
+    public function testPlaceInPriority(): void
+    {
+        $auth = \Illuminate\Contracts\Auth\Middleware\AuthenticatesRequests::class;
+        $this->assertSame(
+            [$auth, LaravelThrottleRequests::class, ThrottleRequests::class, 'B'],
+            ThrottleServiceProvider::placeInPriority([$auth, LaravelThrottleRequests::class, 'B']),
+        );
+        $placed = [$auth, LaravelThrottleRequests::class, ThrottleRequests::class];
+        $this->assertSame($placed, ThrottleServiceProvider::placeInPriority($placed));
+        $this->assertSame([$auth, 'B'], ThrottleServiceProvider::placeInPriority([$auth, 'B']));
+        $this->assertSame([], ThrottleServiceProvider::placeInPriority([]));
     }
 
     private function boot(string $boot, string $kernel): Application
