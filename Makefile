@@ -144,15 +144,19 @@ valgrind-short: build
 	@VALGRIND_TESTS="smoke commands persistence" scripts/valgrind.sh
 
 # make test-laravel  the Laravel package (clients/laravel/): composer validate, then its
-# PHPUnit suite against the freshly built module, on Debian's Laravel 8.83.
-# Installs the Debian packages it needs when missing (as root).
+# PHPUnit suite against the freshly built module, on Debian's Laravel 8.83,
+# once on each server of THROTTLE_SERVERS (THROTTLE_REDIS_SERVER names it to
+# the suite). Installs the Debian packages it needs when missing (as root).
 .PHONY: test-laravel
 PHP_APT_PACKAGES := php-cli php-redis php-laravel-framework phpunit php-nrk-predis composer
 
-test-laravel: build
+test-laravel: build servers
 	$(call apt_install,$(PHP_APT_PACKAGES))
 	cd clients/laravel && HOME="$${HOME:-/tmp}" COMPOSER_ALLOW_SUPERUSER=1 composer validate --strict --no-check-publish --no-check-lock
-	cd clients/laravel && THROTTLE_MODULE=$(abspath $(BUILT_SO)) phpunit
+	@cd clients/laravel && for server in $(THROTTLE_SERVERS); do \
+	  echo "== phpunit on $$server"; \
+	  THROTTLE_REDIS_SERVER=$$server THROTTLE_MODULE=$(abspath $(BUILT_SO)) phpunit || exit 1; \
+	done
 
 # make test-python  the Python package (clients/python/): its pytest suite and limits'
 # own storage tests, in a virtualenv under the build directory with the
