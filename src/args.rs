@@ -97,6 +97,7 @@ pub enum ArgError {
     TtlFromUs,
     InternalOption,
     PackedCall,
+    FloorWithExact,
 }
 
 impl ArgError {
@@ -138,6 +139,9 @@ impl ArgError {
                 "ERR options TTLFROM and TTLFROMUS are only for replication and AOF replay".into()
             }
             ArgError::PackedCall => "ERR invalid call: expected a packed THROTTLE call".into(),
+            ArgError::FloorWithExact => {
+                "ERR option FLOOR rounds the sliding counter's estimate: EXACT keeps a log and has none".into()
+            }
             ArgError::OptionInSpec => "ERR THROTTLE.ALL takes COST and AT before its specs, and no BLOCK".into(),
             ArgError::RepeatedKey => "ERR THROTTLE.ALL names the same key more than once".into(),
         }
@@ -176,6 +180,7 @@ fn parse_call_options<'a>(
     let mut at_us = None;
     let mut burst = None;
     let mut exact = false;
+    let mut floor_previous = false;
     let mut block_ms = None;
     let mut ttl_from = None;
     while let Some(token) = args.next() {
@@ -204,11 +209,23 @@ fn parse_call_options<'a>(
                 return Err(ArgError::Repeated("EXACT"));
             }
             exact = true;
+        } else if token.eq_ignore_ascii_case(b"FLOOR") {
+            if algorithm != Algorithm::Sliding {
+                return Err(ArgError::NotForCommand("FLOOR", algorithm));
+            }
+            if floor_previous {
+                return Err(ArgError::Repeated("FLOOR"));
+            }
+            floor_previous = true;
         } else {
             return Err(ArgError::UnknownOption(printable(token)));
         }
     }
+    if exact && floor_previous {
+        return Err(ArgError::FloorWithExact);
+    }
     let params = Params::new(limit, period_us, burst)?;
+    let params = if floor_previous { params.with_floor_previous() } else { params };
     let timed = cost.is_some() || at_us.is_some() || block_ms.is_some() || ttl_from.is_some();
     Ok((Call { params, cost: cost.unwrap_or(1), at_us, exact, block_ms, ttl_from }, timed))
 }
@@ -536,7 +553,10 @@ mod tests {
         let c = parse(Algorithm::Token, "10 1m cost 3 AT 5 burst 20").unwrap();
         assert_eq!((c.params.limit(), c.params.period_us(), c.params.burst()), (10, 60_000_000, 20));
         assert_eq!((c.cost, c.at_us, c.exact), (3, Some(5), false));
+        let c = parse(Algorithm::Sliding, "20 1 floor").unwrap();
+        assert!(c.params.floor_previous() && !c.exact);
         let c = parse(Algorithm::Sliding, "20 1 EXACT").unwrap();
+        assert!(!c.params.floor_previous());
         assert_eq!((c.cost, c.at_us, c.exact, c.params.burst()), (1, None, true, 20));
         let c = parse(Algorithm::Fixed, "20 1 COST -5 block 0").unwrap();
         assert_eq!((c.cost, c.block_ms), (-5, Some(0)));
@@ -573,6 +593,10 @@ mod tests {
             (Algorithm::Fixed, "1 1 BURST 5", ArgError::NotForCommand("BURST", Algorithm::Fixed)),
             (Algorithm::Token, "1 1 EXACT", ArgError::NotForCommand("EXACT", Algorithm::Token)),
             (Algorithm::Sliding, "1 1 EXACT exact", ArgError::Repeated("EXACT")),
+            (Algorithm::Sliding, "1 1 FLOOR floor", ArgError::Repeated("FLOOR")),
+            (Algorithm::Sliding, "1 1 FLOOR EXACT", ArgError::FloorWithExact),
+            (Algorithm::Fixed, "1 1 FLOOR", ArgError::NotForCommand("FLOOR", Algorithm::Fixed)),
+            (Algorithm::Token, "1 1 FLOOR", ArgError::NotForCommand("FLOOR", Algorithm::Token)),
             (Algorithm::Token, "1 1 BURST 0", ArgError::Burst),
             (Algorithm::Token, "1 3650d BURST 2", ArgError::BurstTooSlow),
             (Algorithm::Leaky, "1 1 NOPE", ArgError::UnknownOption("NOPE".into())),

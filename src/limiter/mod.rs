@@ -42,6 +42,10 @@ pub struct Params {
     limit: u64,
     period_us: u64,
     burst: u64,
+    /// SLIDING only: the previous window's weighted count is rounded down
+    /// before it is compared (`FLOOR`, as the Python library limits
+    /// counts), instead of compared exactly.
+    floor_previous: bool,
 }
 
 /// Why a set of parameters is refused.
@@ -69,7 +73,7 @@ impl Params {
         if !(1..=MAX_LIMIT).contains(&burst) {
             return Err(ParamError::Burst);
         }
-        let params = Params { limit, period_us, burst };
+        let params = Params { limit, period_us, burst, floor_previous: false };
         if params.full_bucket_us() > u128::from(MAX_PERIOD_US) {
             return Err(ParamError::BurstTooSlow);
         }
@@ -86,6 +90,16 @@ impl Params {
 
     pub fn burst(&self) -> u64 {
         self.burst
+    }
+
+    /// The same quota, with SLIDING's previous window counted in whole
+    /// units rounded down (`FLOOR`).
+    pub fn with_floor_previous(self) -> Params {
+        Params { floor_previous: true, ..self }
+    }
+
+    pub fn floor_previous(&self) -> bool {
+        self.floor_previous
     }
 
     /// Microseconds a bucket takes to refill (or drain) completely.

@@ -105,6 +105,35 @@ impl Algo for SlidingWindow {
     }
 }
 
+/// SLIDING under `FLOOR`: the same state, every call's previous window
+/// counted in whole units rounded down.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct SlidingFloor(SlidingWindow);
+
+impl Limiter for SlidingFloor {
+    fn acquire(&mut self, params: &Params, cost: u64, now_us: u64) -> Decision {
+        self.0.acquire(&params.with_floor_previous(), cost, now_us)
+    }
+
+    fn refund(&mut self, params: &Params, units: u64, now_us: u64) -> Decision {
+        self.0.refund(&params.with_floor_previous(), units, now_us)
+    }
+}
+
+impl Algo for SlidingFloor {
+    const NAME: &'static str = "SLIDING FLOOR";
+    const BUCKET: bool = false;
+    const LEAKY: bool = false;
+
+    fn well_formed(&self, p: &Params, just_took: bool) -> Result<(), String> {
+        self.0.well_formed(p, just_took)
+    }
+
+    fn effective_now(&self, at: u64, last_change: u64) -> u64 {
+        self.0.effective_now(at, last_change)
+    }
+}
+
 impl Algo for SlidingLog {
     const NAME: &'static str = "SLIDING EXACT";
     const BUCKET: bool = false;
@@ -488,6 +517,16 @@ fn log_model(p: &Params, events: &[Event]) -> Result<(), TestCaseError> {
 /// SLIDING: windows aligned on the epoch; a call is admitted when
 /// `previous * (period - elapsed) / period + current + cost <= limit`.
 fn sliding_model(p: &Params, events: &[Event]) -> Result<(), TestCaseError> {
+    sliding_model_rounding(p, events, false)
+}
+
+/// SLIDING under `FLOOR`: admitted when
+/// `floor(previous * (period - elapsed) / period) + current + cost <= limit`.
+fn sliding_floor_model(p: &Params, events: &[Event]) -> Result<(), TestCaseError> {
+    sliding_model_rounding(p, events, true)
+}
+
+fn sliding_model_rounding(p: &Params, events: &[Event], floor_previous: bool) -> Result<(), TestCaseError> {
     let (limit, period) = (p.limit(), p.period_us());
     let (l, pp) = (u128::from(limit), u128::from(period));
     let window_units = |events: &[Event], w: u64| -> u128 {
@@ -498,7 +537,9 @@ fn sliding_model(p: &Params, events: &[Event]) -> Result<(), TestCaseError> {
         let elapsed = u128::from(e.now % period);
         let previous = if w == 0 { 0 } else { window_units(&events[..i], w - 1) };
         let current = window_units(&events[..i], w);
-        let weighted = |current: u128| previous * (pp - elapsed) + current * pp;
+        let share = previous * (pp - elapsed);
+        let share = if floor_previous { share / pp * pp } else { share };
+        let weighted = |current: u128| share + current * pp;
         let allowed = e.cost == 0 || weighted(current + u128::from(e.cost)) <= l * pp;
         let current_after = if allowed { current + u128::from(e.cost) } else { current };
         let reset_us = if current_after > 0 {
@@ -516,12 +557,12 @@ fn sliding_model(p: &Params, events: &[Event]) -> Result<(), TestCaseError> {
         prop_assert!(current_after <= l, "SLIDING: more than limit in one aligned window at step {}", i);
     }
     // In any (t - period, t]: at most limit plus the previous aligned
-    // window's count weighted by how far t is into its own window (and so
-    // never more than 2 * limit).
+    // window's count weighted by how far t is into its own window, plus
+    // one unit rounded away under FLOOR (and so never more than 2 * limit).
     for e in events.iter().filter(|e| e.admitted() > 0) {
         let w = e.now / period;
         let previous = if w == 0 { 0 } else { window_units(events, w - 1) };
-        let bound = l + previous * u128::from(e.now % period) / pp;
+        let bound = l + previous * u128::from(e.now % period) / pp + u128::from(floor_previous && previous > 0);
         let rolling = admitted_between(events, (e.now + 1).saturating_sub(period), e.now);
         prop_assert!(rolling <= bound, "SLIDING: {} units in the period to {} (bound {})", rolling, e.now, bound);
         prop_assert!(rolling <= 2 * l, "SLIDING: {} units in one period", rolling);
@@ -756,6 +797,7 @@ macro_rules! algorithm_properties {
 
 algorithm_properties!(fixed, FixedWindow, fixed_model);
 algorithm_properties!(sliding, SlidingWindow, sliding_model);
+algorithm_properties!(sliding_floor, SlidingFloor, sliding_floor_model);
 algorithm_properties!(sliding_exact, SlidingLog, log_model);
 algorithm_properties!(token, TokenBucket, token_model);
 algorithm_properties!(leaky, LeakyBucket, leaky_model);

@@ -57,6 +57,8 @@ pub(crate) const COST: ArgDoc = option("COST", "cost", INTEGER);
 pub(crate) const AT: ArgDoc = option("AT", "unix-time-microseconds", INTEGER);
 pub(crate) const BURST: ArgDoc = option("BURST", "burst", INTEGER);
 pub(crate) const EXACT: ArgDoc = option("EXACT", "exact", PURE_TOKEN);
+pub(crate) const FLOOR: ArgDoc = option("FLOOR", "floor", PURE_TOKEN);
+pub(crate) const BLOCK: ArgDoc = option("BLOCK", "timeout-milliseconds", INTEGER);
 
 /// Registers the metadata of an already created command. Redis copies
 /// everything, so the temporary buffers are freed on return.

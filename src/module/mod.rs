@@ -25,7 +25,8 @@ use redis_module::{raw, redis_module, Context, RedisString, Status};
 
 use crate::args::Algorithm;
 use docs::{
-    ArgDoc, CommandDoc, AT, BURST, COST, EXACT, KEY_ARG, KEY_OVERWRITTEN, KEY_READ, KEY_UPDATED, LIMIT, PERIOD,
+    ArgDoc, CommandDoc, AT, BLOCK, BURST, COST, EXACT, FLOOR, KEY_ARG, KEY_OVERWRITTEN, KEY_READ, KEY_UPDATED, LIMIT,
+    PERIOD,
 };
 use ffi::{Ctx, RString};
 use types::{EXACT_TYPE, FIXED_TYPE, LEAKY_TYPE, SLIDING_TYPE, TOKEN_TYPE};
@@ -127,7 +128,7 @@ static COMMANDS: &[Command] = &[
         doc: throttle_doc(
             "THROTTLE.FIXED",
             "Fixed window rate limit: at most `limit` units per window of `period` opened by the first call.",
-            &[KEY_ARG, LIMIT, PERIOD, COST, AT],
+            &[KEY_ARG, LIMIT, PERIOD, COST, AT, BLOCK],
         ),
         handler: fixed_cmd,
         flags: "write deny-oom fast",
@@ -138,7 +139,7 @@ static COMMANDS: &[Command] = &[
             ..throttle_doc(
                 "THROTTLE.SLIDING",
                 "Sliding window rate limit: weighted counter, or with EXACT a log of the last `period`.",
-                &[KEY_ARG, LIMIT, PERIOD, COST, AT, EXACT],
+                &[KEY_ARG, LIMIT, PERIOD, COST, AT, BLOCK, EXACT, FLOOR],
             )
         },
         handler: sliding_cmd,
@@ -148,7 +149,7 @@ static COMMANDS: &[Command] = &[
         doc: throttle_doc(
             "THROTTLE.TOKEN",
             "Token bucket: `burst` tokens, refilled continuously at `limit` per `period`.",
-            &[KEY_ARG, LIMIT, PERIOD, COST, AT, BURST],
+            &[KEY_ARG, LIMIT, PERIOD, COST, AT, BLOCK, BURST],
         ),
         handler: token_cmd,
         flags: "write deny-oom fast",
@@ -157,7 +158,7 @@ static COMMANDS: &[Command] = &[
         doc: throttle_doc(
             "THROTTLE.LEAKY",
             "Leaky bucket: up to `burst` units of queued work, drained at `limit` per `period`.",
-            &[KEY_ARG, LIMIT, PERIOD, COST, AT, BURST],
+            &[KEY_ARG, LIMIT, PERIOD, COST, AT, BLOCK, BURST],
         ),
         handler: leaky_cmd,
         flags: "write deny-oom fast",
