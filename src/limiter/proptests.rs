@@ -118,6 +118,14 @@ impl Limiter for SlidingFloor {
     fn refund(&mut self, params: &Params, units: u64, now_us: u64) -> Decision {
         self.0.refund(&params.with_floor_previous(), units, now_us)
     }
+
+    fn force(&mut self, params: &Params, units: u64, now_us: u64) {
+        self.0.force(&params.with_floor_previous(), units, now_us)
+    }
+
+    fn used(&self, params: &Params, now_us: u64) -> u64 {
+        self.0.used(&params.with_floor_previous(), now_us)
+    }
 }
 
 impl Algo for SlidingFloor {

@@ -1,5 +1,5 @@
 use super::pack::{Packer, Unpacker};
-use super::{until_idle, Decision, Limiter, Params, NEVER};
+use super::{until_idle, Decision, Limiter, Params, MAX_LIMIT, NEVER};
 
 /// Sliding window counter: windows of one `period` aligned on the Unix
 /// epoch; the previous window's count is weighted by its overlap with the
@@ -76,6 +76,20 @@ impl Limiter for SlidingWindow {
         let decision = counts.refund(params, units, now_us);
         *self = SlidingWindow::pack(&counts);
         decision
+    }
+
+    fn force(&mut self, params: &Params, units: u64, now_us: u64) {
+        let mut counts = self.counts();
+        counts.force(params, units, now_us);
+        *self = SlidingWindow::pack(&counts);
+    }
+
+    fn used(&self, params: &Params, now_us: u64) -> u64 {
+        let counts = self.counts();
+        let period = params.period_us();
+        let mut view = counts.view(period, now_us.max(counts.window_start_us));
+        view.floor_previous = params.floor_previous();
+        super::ceil_div(view.weighted(period), u128::from(period)) as u64
     }
 }
 
@@ -237,6 +251,17 @@ impl Counts {
             (decision.reset_after_ms, decision.reset_after_us) = (idle.reset_after_ms, idle.reset_after_us);
         }
         decision
+    }
+
+    /// Adds `units` to the current window, whatever the limit says.
+    fn force(&mut self, params: &Params, units: u64, now_us: u64) {
+        let now = now_us.max(self.window_start_us);
+        let period = params.period_us();
+        let view = self.view(period, now);
+        let current = view.current.saturating_add(units).min(MAX_LIMIT);
+        if current > 0 || view.previous > 0 {
+            *self = Counts { window_start_us: view.window_start, previous: view.previous, current, period_us: period };
+        }
     }
 
     /// Takes units from the current window first, then the previous one.
