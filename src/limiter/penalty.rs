@@ -205,7 +205,7 @@ impl<L: Limiter> Penalized<L> {
     /// Bans the key for `length_us` from `now_us`: the units it counts are
     /// kept in the ban, and its algorithm's state is set aside.
     fn start_ban(&mut self, params: &Params, length_us: u64, now_us: u64) -> Decision {
-        let hits = self.inner.used(params, now_us);
+        let hits = self.inner.used(params, now_us).min(MAX_LIMIT);
         let ban = Ban { until_us: now_us.saturating_add(length_us), length_us, hits };
         let decision = banned(&ban, params, 1, now_us);
         *self = Penalized { inner: L::default(), ban: Some(Box::new(ban)) };
@@ -237,7 +237,9 @@ impl<L: Limiter> Penalized<L> {
         } else {
             inner.check(params, now.remaining + 1, now_us).retry_after_ms.max(0) as u64
         };
-        Detail { hits: inner.used(params, now_us), banned_ms: 0, next_free_ms }
+        // The sliding counter's estimate weighs two windows of forced
+        // units: reported within the bound every count keeps.
+        Detail { hits: inner.used(params, now_us).min(MAX_LIMIT), banned_ms: 0, next_free_ms }
     }
 }
 
@@ -259,5 +261,191 @@ fn banned(ban: &Ban, params: &Params, cost: u64, now: u64) -> Decision {
         retry_after_ms: if cost > params.burst() { NEVER } else { retry_ms(left_us) },
         reset_after_ms,
         reset_after_us,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limiter::table::S;
+    use crate::limiter::{FixedWindow, LeakyBucket, SlidingLog, SlidingWindow, TokenBucket};
+
+    const MS: u64 = 1_000;
+
+    fn quota(limit: u64, period_us: u64) -> Params {
+        Params::new(limit, period_us, None).unwrap()
+    }
+
+    fn ban(length_us: u64, escalation: Escalation) -> Rules {
+        Rules { ban_us: Some(length_us), escalation, ..Rules::default() }
+    }
+
+    /// (at, cost) -> (allowed, remaining, retry_after ms, reset_after ms, changed)
+    type Step = (u64, i64, (bool, u64, i64, u64, bool));
+
+    fn run<L: Limiter>(state: &mut Penalized<L>, p: &Params, rules: &Rules, steps: &[Step]) {
+        for (i, &(at, cost, want)) in steps.iter().enumerate() {
+            let (d, changed) = state.call(p, cost, rules, at);
+            assert_eq!((d.allowed, d.remaining, d.retry_after_ms, d.reset_after_ms, changed), want, "step {i} at {at}");
+        }
+    }
+
+    #[test]
+    fn a_plain_ban_refuses_everything_until_it_ends_then_the_key_is_idle() {
+        let p = quota(2, S);
+        let mut state = Penalized::<FixedWindow>::default();
+        run(
+            &mut state,
+            &p,
+            &ban(10 * S, Escalation::Plain),
+            &[
+                (0, 1, (true, 1, 0, 1000, true)),
+                (0, 1, (true, 0, 0, 1000, true)),
+                // Refused: banned for 10 s from here.
+                (500 * MS, 1, (false, 0, 10_000, 10_000, true)),
+                // The window would have reopened at 1 s: the ban holds.
+                (2 * S, 1, (false, 0, 8_500, 8_500, false)),
+                (2 * S, 0, (false, 0, 8_500, 8_500, false)),
+                (10 * S + 499_999, 1, (false, 0, 1, 1, false)),
+                // Over: idle, a fresh window.
+                (10 * S + 500 * MS, 0, (true, 2, 0, 0, false)),
+                (10 * S + 500 * MS, 2, (true, 0, 0, 1000, true)),
+            ],
+        );
+        assert!(state.ban().is_none());
+    }
+
+    #[test]
+    fn a_renewing_ban_restarts_with_each_refusal() {
+        let p = quota(1, S);
+        let mut state = Penalized::<SlidingWindow>::default();
+        run(
+            &mut state,
+            &p,
+            &ban(5 * S, Escalation::Renew),
+            &[
+                (0, 1, (true, 0, 0, 2000, true)),
+                (100 * MS, 1, (false, 0, 5000, 5000, true)),
+                (4 * S, 1, (false, 0, 5000, 5000, true)),
+                // A peek renews nothing.
+                (8 * S, 0, (false, 0, 1000, 1000, false)),
+                (9 * S, 1, (true, 0, 0, 2000, true)),
+            ],
+        );
+    }
+
+    #[test]
+    fn an_escalating_ban_doubles_up_to_its_cap() {
+        let p = quota(1, S);
+        let mut state = Penalized::<TokenBucket>::default();
+        let rules = ban(S, Escalation::Backoff { max_us: 5 * S });
+        run(
+            &mut state,
+            &p,
+            &rules,
+            &[
+                (0, 1, (true, 0, 0, 1000, true)),
+                (0, 1, (false, 0, 1000, 1000, true)),
+                (500 * MS, 1, (false, 0, 2000, 2000, true)),
+                (S, 1, (false, 0, 4000, 4000, true)),
+                (2 * S, 1, (false, 0, 5000, 5000, true)),
+                (3 * S, 1, (false, 0, 5000, 5000, true)),
+                (8 * S, 1, (true, 0, 0, 1000, true)),
+            ],
+        );
+    }
+
+    #[test]
+    fn refused_units_that_count_refuse_further_calls_in_the_window() {
+        // rate-limiter-flexible: 5 points, consume 3, then 3 (refused,
+        // counted: 6), then 1 (refused: 7).
+        let p = quota(5, 60 * S);
+        let rules = Rules { tally_cap: Some(1000), ..Rules::default() };
+        let mut state = Penalized::<FixedWindow>::default();
+        run(
+            &mut state,
+            &p,
+            &rules,
+            &[
+                (0, 3, (true, 2, 0, 60_000, true)),
+                (S, 3, (false, 0, 59_000, 59_000, true)),
+                (2 * S, 1, (false, 0, 58_000, 58_000, true)),
+            ],
+        );
+        assert_eq!(state.detail(&p, 2 * S).hits, 7);
+        // Without TALLY the same calls leave 3 counted.
+        let mut plain = Penalized::<FixedWindow>::default();
+        for (at, cost) in [(0, 3), (S, 3), (2 * S, 1)] {
+            plain.call(&p, cost, &Rules::default(), at);
+        }
+        assert_eq!(plain.detail(&p, 2 * S).hits, 4);
+        // The cap bounds the count.
+        let capped = Rules { tally_cap: Some(6), ..Rules::default() };
+        let mut state = Penalized::<FixedWindow>::default();
+        for cost in [5, 3, 3] {
+            state.call(&p, cost, &capped, 0);
+        }
+        assert_eq!(state.detail(&p, 0).hits, 6);
+    }
+
+    #[test]
+    fn forced_units_pass_the_limit_and_may_start_the_ban() {
+        let p = quota(3, 10 * S);
+        let force = Rules { force: true, ..Rules::default() };
+        let mut state = Penalized::<SlidingLog>::default();
+        let (d, changed) = state.call(&p, 5, &force, 0);
+        assert_eq!((d.allowed, d.remaining, changed), (false, 0, true));
+        assert_eq!(state.detail(&p, 0).hits, 5);
+        assert!(!state.call(&p, 1, &Rules::default(), S).0.allowed);
+        let banning = Rules { force: true, ..ban(60 * S, Escalation::Plain) };
+        let mut state = Penalized::<LeakyBucket>::default();
+        let (d, _) = state.call(&p, 4, &banning, 0);
+        assert_eq!((d.allowed, d.retry_after_ms), (false, 60_000));
+        // A bucket holds at most its burst.
+        assert_eq!(state.ban().map(|b| b.hits), Some(3));
+    }
+
+    #[test]
+    fn a_ban_set_directly_and_refunds_under_it() {
+        let p = quota(10, 60 * S);
+        let now = Rules { ban_now: true, ..ban(30 * S, Escalation::Plain) };
+        let mut state = Penalized::<FixedWindow>::default();
+        state.call(&p, 4, &Rules::default(), 0);
+        let (d, changed) = state.call(&p, 0, &now, S);
+        assert_eq!((d.allowed, d.retry_after_ms, changed), (false, 30_000, true));
+        assert_eq!(state.detail(&p, S), Detail { hits: 4, banned_ms: 30_000, next_free_ms: 30_000 });
+        let (d, changed) = state.call(&p, -3, &Rules::default(), 2 * S);
+        assert_eq!((d.allowed, d.retry_after_ms, d.reset_after_ms, changed), (true, 0, 29_000, true));
+        assert_eq!(state.detail(&p, 2 * S).hits, 1);
+        assert!(!state.call(&p, 1, &Rules::default(), 3 * S).0.allowed);
+        // Over at 31 s: idle, its window gone with the ban.
+        assert!(state.call(&p, 10, &Rules::default(), 31 * S).0.allowed);
+    }
+
+    #[test]
+    fn detail_tells_when_the_next_unit_frees() {
+        let p = quota(3, 10 * S);
+        let mut log = Penalized::<SlidingLog>::default();
+        for at in [S, 2 * S, 4 * S] {
+            log.call(&p, 1, &Rules::default(), at);
+        }
+        // The oldest entry (1 s) leaves at 11 s, whether or not the log is full.
+        assert_eq!(log.detail(&p, 5 * S), Detail { hits: 3, banned_ms: 0, next_free_ms: 6_000 });
+        log.call(&p, -1, &Rules::default(), 5 * S);
+        assert_eq!(log.detail(&p, 5 * S), Detail { hits: 2, banned_ms: 0, next_free_ms: 6_000 });
+        let idle = Penalized::<TokenBucket>::default();
+        assert_eq!(idle.detail(&p, 0), Detail::default());
+    }
+
+    #[test]
+    fn a_call_without_rules_is_the_algorithm_s_own() {
+        let p = quota(2, S);
+        let mut plain = FixedWindow::default();
+        let mut wrapped = Penalized::<FixedWindow>::default();
+        for (at, cost) in [(0, 1), (1, 2), (2, 1), (S, 0), (S, -1), (S + 1, 2)] {
+            let want = if cost < 0 { plain.refund(&p, 1, at) } else { plain.acquire(&p, cost as u64, at) };
+            assert_eq!(wrapped.call(&p, cost, &Rules::default(), at).0, want);
+            assert_eq!(wrapped.inner(), &plain);
+        }
     }
 }
