@@ -1,6 +1,6 @@
 # make run   build the module, start redis-server with it, show it working
 # make test  install what is missing, build, run every test on every server
-.PHONY: all deps build run demo test unit integration lint fmt clippy clean servers
+.PHONY: all deps build run demo test unit integration lint fmt clippy clean servers check-links
 
 CARGO   ?= cargo
 MODULE  := target/release/libredis_throttle.so
@@ -53,6 +53,7 @@ servers:
 # binaries themselves build in the faster debug profile. The unit tests run
 # once; every integration test runs on each server.
 test: build servers lint
+	@$(MAKE) --no-print-directory check-links
 	$(CARGO) test --all-targets
 	THROTTLE_REDIS_SERVER=$(REDIS_8) $(CARGO) test --test '*'
 	THROTTLE_REDIS_SERVER=$(VALKEY_8) $(CARGO) test --test '*'
@@ -81,6 +82,13 @@ fmt:
 
 clippy:
 	$(CARGO) clippy --all-targets -- -D warnings
+
+# make check-links: every relative link and #anchor in the tracked Markdown
+# files resolves (scripts/check_links.py, after its self-test on links
+# planted broken); make test runs it after lint.
+check-links:
+	@python3 scripts/check_links.py --self-test
+	@python3 scripts/check_links.py
 
 clean:
 	$(CARGO) clean

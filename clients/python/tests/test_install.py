@@ -1,5 +1,5 @@
-"""`pip install ./clients/python` into a fresh virtualenv, then the README's Flask
-example, as written, against a server with the module."""
+"""`pip install ./clients/python` into a fresh virtualenv, then the package
+README's Flask example, as written, against a server with the module."""
 
 from __future__ import annotations
 
@@ -20,7 +20,6 @@ def flask_example(readme):
 
 def test_readme_flask_example_in_a_fresh_virtualenv(server, r, tmp_path):
     example = flask_example(os.path.join(PACKAGE, "README.md"))
-    assert example == flask_example(os.path.join(ROOT, "README.md"))  # the two READMEs show the same code
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     python = str(venv / "bin" / "python")
