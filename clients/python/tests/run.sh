@@ -7,7 +7,7 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 package="$(dirname "$here")"
-target="$(cd "$package/.." && mkdir -p "${CARGO_TARGET_DIR:-target}" && cd "${CARGO_TARGET_DIR:-target}" && pwd)"
+target="$(cd "$package/../.." && mkdir -p "${CARGO_TARGET_DIR:-target}" && cd "${CARGO_TARGET_DIR:-target}" && pwd)"
 export THROTTLE_MODULE="${THROTTLE_MODULE:-$target/release/libredis_throttle.so}"
 venv="$target/python-venv"
 pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)
