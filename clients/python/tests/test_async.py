@@ -10,6 +10,7 @@ import pytest
 import redis.asyncio
 from limits import parse
 from limits.aio.strategies import STRATEGIES
+from limits.errors import ConfigurationError
 from limits.storage import storage_from_string
 
 from redis_throttle import AllDecision, AsyncThrottle, Decision, Spec
@@ -81,3 +82,13 @@ async def test_async_cluster_storage(cluster, rc):
             assert [await limiter.hit(item, user) for _ in range(3)] == [True, True, False]
     assert await storage.reset() == 15
     await storage.storage.aclose()
+
+
+async def test_implementation_option(server, r):
+    """limits' async Redis storages take implementation= (coredis by default): redispy is what these run on."""
+    storage = storage_from_string(f"async+throttle://{server.url}", implementation="redispy")
+    assert await storage.check()
+    await storage.storage.aclose()
+    for other in ("coredis", "valkey"):
+        with pytest.raises(ConfigurationError, match=f"implementation='{other}': the async throttle storages run on"):
+            storage_from_string(f"async+throttle://{server.url}", implementation=other)
