@@ -11,15 +11,18 @@
 //! SLIDING's last change (a call before the window's start counts at the
 //! start). Values of versions 1 and 2, which carried them, still load:
 //! what they carried is checked, then left out. The buckets' words are the
-//! same in every version.
+//! same in every version. Version 4 follows a state's words with its ban:
+//! a word 0 for none, or 3 and the ban's end, length and hits.
 
 use crate::limiter::{
-    Bucket, Counts, Entry, FixedWindow, LeakyBucket, Params, SlidingLog, SlidingWindow, TokenBucket, MAX_LIMIT,
-    MAX_PERIOD_US, MAX_TIME_US, MIN_PERIOD_US,
+    Ban, Bucket, Counts, Entry, FixedWindow, LeakyBucket, Limiter, Params, Penalized, SlidingLog, SlidingWindow,
+    TokenBucket, MAX_LIMIT, MAX_PERIOD_US, MAX_TIME_US, MIN_PERIOD_US,
 };
 
 /// The encoding version written today; later releases keep loading it.
-pub const ENCODING_VERSION: i32 = 3;
+pub const ENCODING_VERSION: i32 = 4;
+/// The first encoding with a ban after the state's words.
+const V4: i32 = 4;
 /// The first encoding, still loaded.
 const V1: i32 = 1;
 /// The second, still loaded.
@@ -234,6 +237,47 @@ impl Codec for LeakyBucket {
     }
 }
 
+/// The first word of a banned key's value: the ban's words follow, and
+/// nothing else (the state a ban sets aside is idle).
+const BANNED: u64 = 3;
+
+impl<L: Limiter + Codec> Codec for Penalized<L> {
+    fn encode(&self, out: &mut dyn FnMut(u64)) {
+        match self.ban() {
+            None => {
+                out(0);
+                self.inner.encode(out);
+            }
+            Some(ban) => {
+                for w in [BANNED, ban.until_us, ban.length_us, ban.hits] {
+                    out(w);
+                }
+            }
+        }
+    }
+
+    /// A ban ends at most the longest ban after the latest time, lasts a
+    /// whole number of ms within the periods' bounds, and counts no more
+    /// than any limit.
+    fn decode(version: i32, src: &mut dyn WordSource) -> Result<Self, DecodeError> {
+        if version < V4 {
+            return L::decode(version, src).map(Penalized::new);
+        }
+        known_version(version)?;
+        match src.word()? {
+            0 => L::decode(version, src).map(Penalized::new),
+            BANNED => {
+                let (until_us, length_us, hits) = (src.word()?, src.word()?, src.word()?);
+                check(until_us <= MAX_TIME_US + MAX_PERIOD_US && length_us <= until_us, "ban end")?;
+                check((MIN_PERIOD_US..=MAX_PERIOD_US).contains(&length_us) && length_us % 1_000 == 0, "ban length")?;
+                check(hits <= MAX_LIMIT, "ban hits")?;
+                Ok(Penalized { inner: L::default(), ban: Some(Box::new(Ban { until_us, length_us, hits })) })
+            }
+            _ => Err(DecodeError::Invalid("ban")),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -262,6 +306,40 @@ mod tests {
             state.acquire(&params, cost, at);
         }
         state
+    }
+
+    /// A state and its ban, in version 4; earlier versions load with none.
+    #[test]
+    fn bans_round_trip_and_are_checked() {
+        use crate::limiter::{Escalation, Rules};
+        let p = Params::new(2, 1_000_000, None).unwrap();
+        let rules = Rules { ban_us: Some(60_000_000), escalation: Escalation::Renew, ..Rules::default() };
+        let mut banned = Penalized::<FixedWindow>::default();
+        for at in [5, 6, 7] {
+            banned.call(&p, 1, &rules, at);
+        }
+        assert!(banned.ban().is_some());
+        round_trip(banned.clone());
+        let mut plain = Penalized::<SlidingLog>::default();
+        plain.call(&p, 1, &Rules::default(), 5);
+        round_trip(plain);
+        let encoded = words(&banned);
+        let decode = |w: &[u64]| Penalized::<FixedWindow>::decode(ENCODING_VERSION, &mut w.iter().copied());
+        let with = |at: usize, value: u64| {
+            let mut w = encoded.clone();
+            w[at] = value;
+            w
+        };
+        assert_eq!(decode(&with(0, 2)), Err(DecodeError::Invalid("ban")));
+        assert_eq!(decode(&with(1, MAX_TIME_US + MAX_PERIOD_US + 1)), Err(DecodeError::Invalid("ban end")));
+        assert_eq!(decode(&with(2, 1_500)), Err(DecodeError::Invalid("ban length")));
+        assert_eq!(decode(&with(2, 0)), Err(DecodeError::Invalid("ban length")));
+        assert_eq!(decode(&with(3, MAX_LIMIT + 1)), Err(DecodeError::Invalid("ban hits")));
+        assert_eq!(decode(&[0, 5, 1]), Ok(Penalized::new(FixedWindow { window_start_us: 5, count: 1 })));
+        assert!(decode(&[0, 5, 0]).is_err(), "the state's own checks");
+        let v3 = words(&FixedWindow { window_start_us: 5, count: 1 });
+        let loaded = Penalized::<FixedWindow>::decode(3, &mut v3.into_iter()).unwrap();
+        assert_eq!(loaded, Penalized::new(FixedWindow { window_start_us: 5, count: 1 }));
     }
 
     #[test]

@@ -33,7 +33,7 @@ use super::docs::{ArgDoc, KEY_ARG};
 use super::ffi::{self, cstr, Ctx, Key, RString, Slot};
 use super::propagation;
 use super::stats::{self, Counter};
-use super::types::{Snapshot, TOKEN_TYPE};
+use super::types::{Snapshot, TokenState, TOKEN_TYPE};
 use crate::limiter::cell::{self as mapping, CellError, CellQuota, CellReply, Change};
 use crate::limiter::TokenBucket;
 
@@ -51,6 +51,7 @@ pub(crate) const ARGS: &[ArgDoc] = &[
 enum Failure {
     Cell(CellError),
     WrongType,
+    Banned,
 }
 
 impl From<CellError> for Failure {
@@ -71,6 +72,9 @@ pub(crate) fn cl_throttle(ctx: Ctx, argv: &[RString]) {
         }
         Err(Failure::Cell(e)) => ffi::reply_error(ctx, &e.message()),
         Err(Failure::WrongType) => ffi::reply_error(ctx, ffi::WRONGTYPE),
+        Err(Failure::Banned) => {
+            ffi::reply_error(ctx, "ERR the key is under a THROTTLE.TOKEN ban, which CL.THROTTLE cannot answer for")
+        }
     }
 }
 
@@ -92,10 +96,13 @@ fn run(ctx: Ctx, argv: &[RString]) -> Result<CellReply, Failure> {
 
     let mut key = Key::open(ctx, key_name);
     let now_us = super::clock::now_us();
-    let (outcome, settled) = match key.slot::<TokenBucket>(&TOKEN_TYPE) {
+    let (outcome, settled) = match key.slot::<TokenState>(&TOKEN_TYPE) {
         Slot::Other => return Err(Failure::WrongType),
+        // redis-cell has no bans: a key that THROTTLE.TOKEN banned is not
+        // one it can answer for.
+        Slot::Mine(state) if state.ban().is_some() => return Err(Failure::Banned),
         Slot::Mine(state) => {
-            let outcome = mapping::throttle(state, &quota, quantity, now_us);
+            let outcome = mapping::throttle(&mut state.inner, &quota, quantity, now_us);
             let changed = outcome.change != Change::None;
             (outcome, changed)
         }
@@ -104,7 +111,7 @@ fn run(ctx: Ctx, argv: &[RString]) -> Result<CellReply, Failure> {
             let outcome = mapping::throttle(&mut state, &quota, quantity, now_us);
             let stored = match outcome.change {
                 Change::None | Change::Token { ttl_us: 0, .. } | Change::Emptied => false,
-                Change::Token { .. } | Change::Stored { .. } => key.set(&TOKEN_TYPE, state),
+                Change::Token { .. } | Change::Stored { .. } => key.set(&TOKEN_TYPE, TokenState::new(state)),
             };
             (outcome, stored)
         }
@@ -133,7 +140,7 @@ fn run(ctx: Ctx, argv: &[RString]) -> Result<CellReply, Failure> {
     // its deletion; made only when someone receives it.
     let flags = ffi::context_flags(ctx);
     propagation::send(ctx, flags, move || {
-        let snapshot = match key.slot::<TokenBucket>(&TOKEN_TYPE) {
+        let snapshot = match key.slot::<TokenState>(&TOKEN_TYPE) {
             Slot::Mine(state) if ttl_us > 0 => Snapshot::of(state, expire_at_ms),
             _ => None,
         };
