@@ -120,7 +120,6 @@ def _pattern(prefix: str) -> str:
 #: redis-py's URL scheme for each single-server scheme, as limits maps its own:
 #: rediss:// is TLS, redis+unix:///path a unix socket (redis-py's unix://).
 _URL_SCHEMES = {"throttle": "redis", "throttles": "rediss", "throttle+unix": "unix"}
-_CLUSTER_SCHEMES = ("throttle+cluster", "async+throttle+cluster")
 
 
 def _redis_url(uri: str) -> str:
