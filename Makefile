@@ -169,9 +169,12 @@ test-laravel: build servers
 # make test-python  the Python package (clients/python/): its pytest suite and limits'
 # own storage tests, in a virtualenv under the build directory with the
 # libraries from PyPI (clients/python/tests/requirements.txt), against the freshly
-# built module on a three-node cluster and single servers.
+# built module on a three-node cluster and single servers (TCP, TLS, unix
+# socket), on each server in THROTTLE_SERVERS. The TLS tests make their
+# certificates with the openssl tool.
 .PHONY: test-python
-test-python: build
+test-python: build servers
+	$(call apt_install,openssl)
 	THROTTLE_MODULE=$(abspath $(BUILT_SO)) clients/python/tests/run.sh
 
 # make test-node  the npm package (clients/node/): npm ci (package-lock.json pins the

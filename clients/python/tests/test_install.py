@@ -8,6 +8,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 PACKAGE = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 ROOT = os.path.dirname(os.path.dirname(PACKAGE))
 
@@ -18,6 +20,7 @@ def flask_example(readme):
     return next(block for block in blocks if "flask_limiter" in block)
 
 
+@pytest.mark.server_independent
 def test_readme_flask_example_in_a_fresh_virtualenv(server, r, tmp_path):
     example = flask_example(os.path.join(PACKAGE, "README.md"))
     venv = tmp_path / "venv"
