@@ -568,7 +568,7 @@ mod tests {
         }
     }
 
-    /// The README's example: `CL.THROTTLE user123 15 30 60`.
+    /// The example of docs/commands.md: `CL.THROTTLE user123 15 30 60`.
     #[test]
     fn redis_cell_readme() {
         let mut state = TokenBucket::default();

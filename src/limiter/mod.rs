@@ -237,7 +237,7 @@ mod tests {
     }
 
     /// What each key's state costs is what the server allocates for it
-    /// (README, "Performance"): a word more moves a key into the next size
+    /// (docs/performance.md): a word more moves a key into the next size
     /// class.
     #[test]
     fn states_stay_packed() {
