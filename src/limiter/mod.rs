@@ -15,7 +15,7 @@ mod proptests;
 mod sliding;
 mod sliding_log;
 
-pub use bucket::{Bucket, LeakyBucket, TokenBucket};
+pub use bucket::{Bucket, LeakyBucket, TokenBucket, TokenForm};
 pub use fixed::FixedWindow;
 pub(crate) use sliding::Counts;
 pub use sliding::SlidingWindow;
