@@ -909,6 +909,43 @@ mod tests {
         assert!(compared > 50_000 && wrapped_cases > 1_000, "{compared} compared, {wrapped_cases} wrapped");
     }
 
+    /// An argument: an extreme, a small number of either sign, or any i64.
+    fn argument(extremes: &'static [i64]) -> impl proptest::strategy::Strategy<Value = i64> {
+        use proptest::prelude::*;
+        prop_oneof![proptest::sample::select(extremes), -10i64..1_000, any::<i64>(), (0u32..63).prop_map(|b| 1i64 << b)]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2_000))]
+
+        /// Random calls on one key, each with its own arguments and time
+        /// step: the replies are redis-cell's wherever its arithmetic does
+        /// not wrap, and the exact arithmetic's always.
+        #[test]
+        fn random_calls_agree_with_redis_cell(
+            calls in proptest::collection::vec(
+                (argument(BURSTS), argument(COUNTS), argument(PERIODS), argument(QUANTITIES), 0u64..3, 0i64..1 << 40),
+                1..12,
+            ),
+        ) {
+            let mut key = Key::default();
+            let (mut cell, mut exact) = (Reference::default(), Reference::default());
+            let mut now = START;
+            for (step, &(b, c, p, quantity, scale, dt)) in calls.iter().enumerate() {
+                // Whole µs, up to a second, a day or 12 days.
+                now += i128::from(dt >> [30, 14, 0][scale as usize]) * 1_000;
+                let (want, wrapped) = cell.call((b, c, p, quantity), now, true);
+                let (intended, _) = exact.call((b, c, p, quantity), now, false);
+                let got = CellQuota::new(b, c, p).and_then(|q| key.call(&q, quantity, now));
+                proptest::prop_assert_eq!(&got, &intended, "step {}: {} {} {} {}", step, b, c, p, quantity);
+                if wrapped {
+                    break;
+                }
+                proptest::prop_assert_eq!(&got, &want, "step {}: {} {} {} {}", step, b, c, p, quantity);
+            }
+        }
+    }
+
     /// The brief's examples, and the replies redis-cell 0.5.0 gave for them
     /// on a fresh key (measured on Redis 7.0).
     #[test]
