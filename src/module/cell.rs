@@ -107,14 +107,21 @@ fn run(ctx: Ctx, argv: &[RString]) -> Result<CellReply, Failure> {
         },
     };
     let outcome = mapping::throttle(tat, &quota, quantity, now_ns);
-    let stored = match outcome.change {
+    // What the key holds after the call: the state and its expiry instant,
+    // or nothing (None: nothing changed).
+    let after = match outcome.change {
         Change::None => None,
         Change::Delete if !existed => None,
         Change::Delete => Some(None),
-        Change::Store(tat_ns) => {
-            let cell = CellState::new(tat_ns, max_burst, count, period);
-            let Some(cell) = cell else { return outcome.reply.map_err(Failure::Cell) };
-            let state = TokenBucket::from_cell(&cell);
+        // Redis keeps a key through the ms its expiry names.
+        Change::Store(tat_ns) => CellState::new(tat_ns, max_burst, count, period).map(|cell| {
+            let expire_at_ms = u64::try_from(tat_ns / 1_000_000).unwrap_or(0);
+            Some((TokenBucket::from_cell(&cell), expire_at_ms))
+        }),
+    };
+    let Some(after) = after else { return outcome.reply.map_err(Failure::Cell) };
+    match &after {
+        Some((state, expire_at_ms)) => {
             let set = match key.slot::<TokenBucket>(&TOKEN_TYPE) {
                 Slot::Mine(stored) => {
                     *stored = state.clone();
@@ -125,16 +132,11 @@ fn run(ctx: Ctx, argv: &[RString]) -> Result<CellReply, Failure> {
             if !set {
                 return outcome.reply.map_err(Failure::Cell);
             }
-            // Redis keeps a key through the ms its expiry names.
-            Some(Some((state, u64::try_from(tat_ns / 1_000_000).unwrap_or(u64::MAX))))
+            key.set_expire_at_ms(*expire_at_ms);
         }
-    };
-    let Some(stored) = stored else { return outcome.reply.map_err(Failure::Cell) };
-    match stored {
-        Some((_, expire_at_ms)) => key.set_expire_at_ms(expire_at_ms),
         None => key.delete(),
     }
-    key.changed(cstr!("cl.throttle"), stored.is_none());
+    key.changed(cstr!("cl.throttle"), after.is_none());
     // Debt given back (a refund; with a negative rate, any taking): the
     // key's THROTTLE.TOKEN waiters may fit now.
     if i128::from(quota.emission_ns()) * i128::from(quantity) < 0 {
@@ -145,8 +147,13 @@ fn run(ctx: Ctx, argv: &[RString]) -> Result<CellReply, Failure> {
     // (redis-cell's own command would run again on their clocks), or its
     // deletion; made only when someone receives it.
     let flags = ffi::context_flags(ctx);
-    propagation::send(ctx, flags, move || match stored.and_then(|(state, at_ms)| Snapshot::of(&state, at_ms)) {
-        Some(snapshot) => propagation::set_state(ctx, key_name, &snapshot),
+    propagation::send(ctx, flags, move || match after {
+        Some((state, expire_at_ms)) => {
+            // Six words: a snapshot always has room for them.
+            if let Some(snapshot) = Snapshot::of(&state, expire_at_ms) {
+                propagation::set_state(ctx, key_name, &snapshot);
+            }
+        }
         None => propagation::delete(ctx, key_name),
     });
     outcome.reply.map_err(Failure::Cell)
