@@ -263,3 +263,20 @@ fn replica_and_aof_hold_the_masters_values() {
         assert_eq!(&digest(&mut m, &copy), value, "RESTORE {key}");
     }
 }
+
+/// A refund through CL.THROTTLE serves a THROTTLE.TOKEN call waiting on
+/// the key at once.
+#[test]
+fn a_refund_serves_a_waiting_throttle_token_call() {
+    let server = Server::start();
+    let mut c = server.conn();
+    // 1 per hour, 2 units, both taken.
+    assert_eq!(cl(&mut c, "k 1 1 3600 2"), [0, 2, 0, -1, 7200]);
+    let waiter = common::Waiter::queued(&server.url(), &mut c, "THROTTLE.TOKEN k 1 1h BURST 2 BLOCK 60000", 1);
+    assert_eq!(cl(&mut c, "k 1 1 3600 -1"), [0, 2, 1, -1, 3600]);
+    let (reply, _) = waiter.reply();
+    assert_eq!((reply.0, reply.1, reply.2), (1, 2, 0), "{reply:?}");
+    assert_eq!(common::waiting(&mut c), 0);
+    // The waiter took the unit: CL.THROTTLE sees two hours of debt again.
+    assert_eq!(cl(&mut c, "k 1 1 3600 0"), [0, 2, 0, -1, 7200]);
+}
