@@ -4,8 +4,8 @@
 #
 #   bench/profile.sh [MODULE.so] [OUT_DIR]
 #
-# For INCR, SET ... PX (the reference the targets use) and each THROTTLE
-# command: redis-server runs (in an empty
+# For INCR, SET ... PX (the reference the targets use), each THROTTLE
+# command, and a FIXED call on a banned key: redis-server runs (in an empty
 # directory: an old dump.rdb with replication data would give it a
 # replication backlog, and the calls a full propagated command) under
 # `valgrind --tool=callgrind` on a free loopback port, instrumentation is
@@ -99,5 +99,8 @@ profile() { # name, then the command with __rand_int__ in its key
   profile EXACT THROTTLE.SLIDING ex:__rand_int__ 100 1h EXACT
   profile TOKEN THROTTLE.TOKEN tk:__rand_int__ 1000 1h
   profile LEAKY THROTTLE.LEAKY lk:__rand_int__ 1000 1h
+  # A limit of 1 with a ban: after a key's first call, every call meets its
+  # ban (a check, no change).
+  profile BANNED THROTTLE.FIXED bn:__rand_int__ 1 1h BAN 1h
 } | tee "$out/summary.txt"
 echo "profiles and summary in $out" >&2

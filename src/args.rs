@@ -6,7 +6,7 @@
 use std::borrow::Cow;
 use std::collections::HashSet;
 
-use crate::limiter::{ParamError, Params, MAX_LIMIT, MAX_TIME_US};
+use crate::limiter::{Escalation, ParamError, Params, Rules, MAX_LIMIT, MAX_PERIOD_US, MAX_TIME_US, MIN_PERIOD_US};
 
 /// The four algorithms, as the command names choose them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,6 +44,10 @@ pub struct Call {
     pub exact: bool,
     /// `BLOCK ms`: wait up to this long (0: no limit) for admission.
     pub block_ms: Option<u64>,
+    /// `BAN`, `RENEW`, `BACKOFF`, `TALLY`, `FORCE`, `NOW`: the penalties.
+    pub rules: Rules,
+    /// `DETAIL`: the reply adds `hits`, `banned` and `next_free`.
+    pub detail: bool,
     /// `TTLFROMUS µs` (or, from earlier versions, `TTLFROM ms`), internal
     /// to the propagated form: the master's clock when it ran the call, so
     /// a replica or an AOF replay sets the key's expiry to the master's
@@ -97,6 +101,12 @@ pub enum ArgError {
     TtlFromUs,
     InternalOption,
     PackedCall,
+    FloorWithExact,
+    Ban,
+    Backoff,
+    Tally,
+    NeedsBan(&'static str),
+    RenewAndBackoff,
 }
 
 impl ArgError {
@@ -138,7 +148,23 @@ impl ArgError {
                 "ERR options TTLFROM and TTLFROMUS are only for replication and AOF replay".into()
             }
             ArgError::PackedCall => "ERR invalid call: expected a packed THROTTLE call".into(),
-            ArgError::OptionInSpec => "ERR THROTTLE.ALL takes COST and AT before its specs, and no BLOCK".into(),
+            ArgError::Ban => "ERR invalid BAN: expected a period, a positive integer with an optional \
+                unit ms, s, m, h or d, from 1ms to 3650d"
+                .into(),
+            ArgError::Backoff => "ERR invalid BACKOFF: expected the longest ban, a period from the BAN \
+                length to 3650d"
+                .into(),
+            ArgError::Tally => "ERR invalid TALLY: expected the most units to count, an integer from 1 to \
+                1000000000000000"
+                .into(),
+            ArgError::NeedsBan(option) => format!("ERR option {option} needs BAN").into(),
+            ArgError::RenewAndBackoff => "ERR options RENEW and BACKOFF exclude each other".into(),
+            ArgError::FloorWithExact => {
+                "ERR option FLOOR rounds the sliding counter's estimate: EXACT keeps a log and has none".into()
+            }
+            ArgError::OptionInSpec => {
+                "ERR THROTTLE.ALL takes COST and AT before its specs (DETAIL too), and no BLOCK, FORCE or NOW".into()
+            }
             ArgError::RepeatedKey => "ERR THROTTLE.ALL names the same key more than once".into(),
         }
     }
@@ -176,7 +202,10 @@ fn parse_call_options<'a>(
     let mut at_us = None;
     let mut burst = None;
     let mut exact = false;
+    let mut floor_previous = false;
     let mut block_ms = None;
+    let (mut ban_us, mut backoff_us, mut tally_cap) = (None, None, None);
+    let mut flags = [("RENEW", false), ("FORCE", false), ("NOW", false), ("DETAIL", false)];
     let mut ttl_from = None;
     while let Some(token) = args.next() {
         if token.eq_ignore_ascii_case(b"COST") {
@@ -204,25 +233,97 @@ fn parse_call_options<'a>(
                 return Err(ArgError::Repeated("EXACT"));
             }
             exact = true;
+        } else if token.eq_ignore_ascii_case(b"BAN") {
+            let value = option_value(&mut args, "BAN", ban_us.is_some())?;
+            ban_us = Some(parse_length_us(value).ok_or(ArgError::Ban)?);
+        } else if token.eq_ignore_ascii_case(b"BACKOFF") {
+            let value = option_value(&mut args, "BACKOFF", backoff_us.is_some())?;
+            backoff_us = Some(parse_length_us(value).ok_or(ArgError::Backoff)?);
+        } else if token.eq_ignore_ascii_case(b"TALLY") {
+            let value = option_value(&mut args, "TALLY", tally_cap.is_some())?;
+            tally_cap = Some(parse_u64(value).filter(|cap| (1..=MAX_LIMIT).contains(cap)).ok_or(ArgError::Tally)?);
+        } else if let Some((name, flag)) =
+            flags.iter_mut().find(|(name, _)| token.eq_ignore_ascii_case(name.as_bytes()))
+        {
+            if *flag {
+                return Err(ArgError::Repeated(name));
+            }
+            *flag = true;
+        } else if token.eq_ignore_ascii_case(b"FLOOR") {
+            if algorithm != Algorithm::Sliding {
+                return Err(ArgError::NotForCommand("FLOOR", algorithm));
+            }
+            if floor_previous {
+                return Err(ArgError::Repeated("FLOOR"));
+            }
+            floor_previous = true;
         } else {
             return Err(ArgError::UnknownOption(printable(token)));
         }
     }
+    if exact && floor_previous {
+        return Err(ArgError::FloorWithExact);
+    }
     let params = Params::new(limit, period_us, burst)?;
-    let timed = cost.is_some() || at_us.is_some() || block_ms.is_some() || ttl_from.is_some();
-    Ok((Call { params, cost: cost.unwrap_or(1), at_us, exact, block_ms, ttl_from }, timed))
+    let params = if floor_previous { params.with_floor_previous() } else { params };
+    let [(_, renew), (_, force), (_, ban_now), (_, detail)] = flags;
+    let rules = penalty_rules(ban_us, renew, backoff_us, tally_cap, force, ban_now)?;
+    let timed =
+        cost.is_some() || at_us.is_some() || block_ms.is_some() || ttl_from.is_some() || force || ban_now || detail;
+    Ok((Call { params, cost: cost.unwrap_or(1), at_us, exact, block_ms, ttl_from, rules, detail }, timed))
 }
 
-/// Parses `THROTTLE.ALL [COST n] [AT µs] spec [spec ...]`, `args` being
-/// the whole argument list (command name first). Each spec is
-/// `FIXED|SLIDING|TOKEN|LEAKY key limit period [BURST b] [EXACT]`.
+/// The penalty options, checked together: `RENEW`, `BACKOFF` and `NOW`
+/// shape a ban, so they need `BAN`; a ban renews or escalates, not both;
+/// the longest ban is no shorter than the first.
+fn penalty_rules(
+    ban_us: Option<u64>,
+    renew: bool,
+    backoff_us: Option<u64>,
+    tally_cap: Option<u64>,
+    force: bool,
+    ban_now: bool,
+) -> Result<Rules, ArgError> {
+    for (given, name) in [(renew, "RENEW"), (backoff_us.is_some(), "BACKOFF"), (ban_now, "NOW")] {
+        if given && ban_us.is_none() {
+            return Err(ArgError::NeedsBan(name));
+        }
+    }
+    let escalation = match (renew, backoff_us) {
+        (true, Some(_)) => return Err(ArgError::RenewAndBackoff),
+        (true, None) => Escalation::Renew,
+        (false, Some(max_us)) if ban_us.is_some_and(|ban| max_us >= ban) => Escalation::Backoff { max_us },
+        (false, Some(_)) => return Err(ArgError::Backoff),
+        (false, None) => Escalation::Plain,
+    };
+    Ok(Rules { ban_us, escalation, tally_cap, force, ban_now })
+}
+
+/// A ban's length: a period, from 1 ms to 3650 days.
+fn parse_length_us(value: &[u8]) -> Option<u64> {
+    parse_period_us(value).filter(|us| (MIN_PERIOD_US..=MAX_PERIOD_US).contains(us) && us.is_multiple_of(1_000))
+}
+
+/// Parses `THROTTLE.ALL [COST n] [AT µs] [DETAIL] spec [spec ...]`, `args`
+/// being the whole argument list (command name first). Each spec is
+/// `FIXED|SLIDING|TOKEN|LEAKY key limit period` and its own options
+/// (`BURST`, `EXACT`, `FLOOR`, `BAN`, `RENEW`, `BACKOFF`, `TALLY`).
 pub fn parse_all(args: &[&[u8]]) -> Result<Vec<Spec>, ArgError> {
     let mut cost = None;
     let mut at_us = None;
     let mut ttl_from = None;
+    let mut detail = false;
     let mut i = 1;
     while let Some(token) = args.get(i) {
         let mut rest = args.get(i + 1..).unwrap_or_default().iter().copied();
+        if token.eq_ignore_ascii_case(b"DETAIL") {
+            if detail {
+                return Err(ArgError::Repeated("DETAIL"));
+            }
+            detail = true;
+            i += 1;
+            continue;
+        }
         if token.eq_ignore_ascii_case(b"COST") {
             let value = option_value(&mut rest, "COST", cost.is_some())?;
             cost = Some(parse_i64(value).ok_or(ArgError::Cost).and_then(checked_cost)?);
@@ -260,7 +361,7 @@ pub fn parse_all(args: &[&[u8]]) -> Result<Vec<Spec>, ArgError> {
         specs.push(Spec {
             algorithm,
             key_index: i + 1,
-            call: Call { cost: cost.unwrap_or(1), at_us, ttl_from, ..call },
+            call: Call { cost: cost.unwrap_or(1), at_us, ttl_from, detail, ..call },
         });
         i = end;
     }
@@ -412,10 +513,15 @@ pub fn parse_period_us(bytes: &[u8]) -> Option<u64> {
 /// master's clock included, in binary. One argument instead of a dozen
 /// words: replicating it costs Redis one string instead of one per word.
 pub struct PackedCall {
-    bytes: [u8; PackedCall::LEN],
+    bytes: [u8; PackedCall::LEN_RULES],
+    len: usize,
 }
 
 impl PackedCall {
+    /// With penalties: version 2's words, then the ban's length (0: no
+    /// BAN), the longest ban (0: no BACKOFF), the tally's cap (0: no
+    /// TALLY) and the flags RENEW, FORCE and NOW.
+    const VERSION_RULES: u8 = 3;
     /// The master's clock in µs ([`TtlFrom::Us`]).
     const VERSION: u8 = 2;
     /// The master's clock in ms ([`TtlFrom::Ms`]), as earlier versions
@@ -424,10 +530,15 @@ impl PackedCall {
     /// Version, algorithm, then limit, period (µs), burst, cost, time (µs)
     /// and the master's clock, each a little-endian word.
     const LEN: usize = 2 + 8 * 6;
+    const LEN_RULES: usize = PackedCall::LEN + 8 * 4;
+    const RENEW: u64 = 1;
+    const FORCE: u64 = 2;
+    const NOW: u64 = 4;
 
     pub fn new(algorithm: Algorithm, call: &Call, now_us: u64, ttl_from: TtlFrom) -> PackedCall {
-        let mut bytes = [0; PackedCall::LEN];
+        let mut bytes = [0; PackedCall::LEN_RULES];
         let (version, clock) = match ttl_from {
+            TtlFrom::Us(us) if !call.rules.is_none() => (PackedCall::VERSION_RULES, us),
             TtlFrom::Us(us) => (PackedCall::VERSION, us),
             TtlFrom::Ms(ms) => (PackedCall::VERSION_MS, ms),
         };
@@ -440,15 +551,40 @@ impl PackedCall {
             (Algorithm::Leaky, _) => b'l',
         };
         let p = &call.params;
-        let words = [p.limit(), p.period_us(), p.burst(), call.cost as u64, now_us, clock];
+        let r = &call.rules;
+        let backoff_us = match r.escalation {
+            Escalation::Backoff { max_us } => max_us,
+            _ => 0,
+        };
+        let flags = [
+            (r.escalation == Escalation::Renew, PackedCall::RENEW),
+            (r.force, PackedCall::FORCE),
+            (r.ban_now, PackedCall::NOW),
+        ]
+        .iter()
+        .filter(|(set, _)| *set)
+        .fold(0, |flags, (_, bit)| flags | bit);
+        let words = [
+            p.limit(),
+            p.period_us(),
+            p.burst(),
+            call.cost as u64,
+            now_us,
+            clock,
+            r.ban_us.unwrap_or(0),
+            backoff_us,
+            r.tally_cap.unwrap_or(0),
+            flags,
+        ];
         for (slot, word) in bytes[2..].chunks_exact_mut(8).zip(words) {
             slot.copy_from_slice(&word.to_le_bytes());
         }
-        PackedCall { bytes }
+        let len = if version == PackedCall::VERSION_RULES { PackedCall::LEN_RULES } else { PackedCall::LEN };
+        PackedCall { bytes, len }
     }
 
     pub fn bytes(&self) -> &[u8] {
-        &self.bytes
+        self.bytes.get(..self.len).unwrap_or_default()
     }
 
     /// The algorithm and the call, validated as the command's own words
@@ -456,12 +592,13 @@ impl PackedCall {
     pub fn unpack(bytes: &[u8]) -> Result<(Algorithm, Call), ArgError> {
         let bad = || ArgError::PackedCall;
         let [version, kind, words @ ..] = bytes else { return Err(bad()) };
-        let clock_in = match *version {
-            PackedCall::VERSION => TtlFrom::Us,
-            PackedCall::VERSION_MS => TtlFrom::Ms,
+        let (clock_in, len): (fn(u64) -> TtlFrom, usize) = match *version {
+            PackedCall::VERSION_RULES => (TtlFrom::Us, PackedCall::LEN_RULES),
+            PackedCall::VERSION => (TtlFrom::Us, PackedCall::LEN),
+            PackedCall::VERSION_MS => (TtlFrom::Ms, PackedCall::LEN),
             _ => return Err(bad()),
         };
-        if words.len() != 8 * 6 {
+        if words.len() + 2 != len {
             return Err(bad());
         }
         let (algorithm, exact) = match kind {
@@ -481,7 +618,40 @@ impl PackedCall {
             return Err(bad());
         }
         let (cost, at_us, ttl_from) = (checked_cost(cost)?, checked_at(at_us)?, checked_ttl_from(clock_in(clock))?);
-        let call = Call { params, cost, at_us: Some(at_us), exact, block_ms: None, ttl_from: Some(ttl_from) };
+        let rules = if *version == PackedCall::VERSION_RULES {
+            let (ban_us, backoff_us, tally_cap, flags) = (next()?, next()?, next()?, next()?);
+            if flags & !(PackedCall::RENEW | PackedCall::FORCE | PackedCall::NOW) != 0 {
+                return Err(bad());
+            }
+            let length = |us: u64| (MIN_PERIOD_US..=MAX_PERIOD_US).contains(&us) && us.is_multiple_of(1_000);
+            let given = |w: u64| (w != 0).then_some(w);
+            if given(ban_us).is_some_and(|us| !length(us)) || given(backoff_us).is_some_and(|us| !length(us)) {
+                return Err(bad());
+            }
+            if tally_cap > MAX_LIMIT {
+                return Err(bad());
+            }
+            penalty_rules(
+                given(ban_us),
+                flags & PackedCall::RENEW != 0,
+                given(backoff_us),
+                given(tally_cap),
+                flags & PackedCall::FORCE != 0,
+                flags & PackedCall::NOW != 0,
+            )?
+        } else {
+            Rules::default()
+        };
+        let call = Call {
+            params,
+            cost,
+            at_us: Some(at_us),
+            exact,
+            block_ms: None,
+            ttl_from: Some(ttl_from),
+            rules,
+            detail: false,
+        };
         Ok((algorithm, call))
     }
 }
@@ -536,7 +706,10 @@ mod tests {
         let c = parse(Algorithm::Token, "10 1m cost 3 AT 5 burst 20").unwrap();
         assert_eq!((c.params.limit(), c.params.period_us(), c.params.burst()), (10, 60_000_000, 20));
         assert_eq!((c.cost, c.at_us, c.exact), (3, Some(5), false));
+        let c = parse(Algorithm::Sliding, "20 1 floor").unwrap();
+        assert!(c.params.floor_previous() && !c.exact);
         let c = parse(Algorithm::Sliding, "20 1 EXACT").unwrap();
+        assert!(!c.params.floor_previous());
         assert_eq!((c.cost, c.at_us, c.exact, c.params.burst()), (1, None, true, 20));
         let c = parse(Algorithm::Fixed, "20 1 COST -5 block 0").unwrap();
         assert_eq!((c.cost, c.block_ms), (-5, Some(0)));
@@ -573,6 +746,10 @@ mod tests {
             (Algorithm::Fixed, "1 1 BURST 5", ArgError::NotForCommand("BURST", Algorithm::Fixed)),
             (Algorithm::Token, "1 1 EXACT", ArgError::NotForCommand("EXACT", Algorithm::Token)),
             (Algorithm::Sliding, "1 1 EXACT exact", ArgError::Repeated("EXACT")),
+            (Algorithm::Sliding, "1 1 FLOOR floor", ArgError::Repeated("FLOOR")),
+            (Algorithm::Sliding, "1 1 FLOOR EXACT", ArgError::FloorWithExact),
+            (Algorithm::Fixed, "1 1 FLOOR", ArgError::NotForCommand("FLOOR", Algorithm::Fixed)),
+            (Algorithm::Token, "1 1 FLOOR", ArgError::NotForCommand("FLOOR", Algorithm::Token)),
             (Algorithm::Token, "1 1 BURST 0", ArgError::Burst),
             (Algorithm::Token, "1 3650d BURST 2", ArgError::BurstTooSlow),
             (Algorithm::Leaky, "1 1 NOPE", ArgError::UnknownOption("NOPE".into())),
@@ -615,7 +792,7 @@ mod tests {
             ("THROTTLE.ALL BOGUS a 1 1", ArgError::UnknownOption("BOGUS".into())),
             ("THROTTLE.ALL COST x FIXED a 1 1", ArgError::Cost),
             ("THROTTLE.ALL FIXED a 1 1 COST 2", ArgError::OptionInSpec),
-            // The default value is refused too: the README allows no COST in a spec.
+            // The default value is refused too: docs/commands.md allows no COST in a spec.
             ("THROTTLE.ALL FIXED a 1 1 COST 1", ArgError::OptionInSpec),
             ("THROTTLE.ALL COST 3 TOKEN a 1 1 cost 1", ArgError::OptionInSpec),
             ("THROTTLE.ALL FIXED a 1 1 BLOCK 0", ArgError::OptionInSpec),

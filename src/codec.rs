@@ -10,27 +10,31 @@
 //! SLIDING keeps its `period` only. Version 3 (today) dropped FIXED's and
 //! SLIDING's last change (a call before the window's start counts at the
 //! start). Values of versions 1 and 2, which carried them, still load:
-//! what they carried is checked, then left out. Version 4 (today) added a
-//! second form of the TOKEN type's value, the state CL.THROTTLE keeps
-//! (redis-cell's theoretical arrival time and arguments), marked by a first
-//! word no bucket has. The buckets' words are the same in every version.
+//! what they carried is checked, then left out. The buckets' words are the
+//! same in every version. Version 4 follows a state's words with its ban:
+//! a word 0 for none, or 3 and the ban's end, length and hits. Version 5
+//! (today) added a second form of the TOKEN type's value, the state
+//! CL.THROTTLE keeps (redis-cell's theoretical arrival time and arguments),
+//! marked by a first word no bucket has.
 
 use crate::limiter::cell::CellState;
 use crate::limiter::{
-    Bucket, Counts, Entry, FixedWindow, LeakyBucket, Params, SlidingLog, SlidingWindow, TokenBucket, TokenForm,
-    MAX_LIMIT, MAX_PERIOD_US, MAX_TIME_US, MIN_PERIOD_US,
+    Ban, Bucket, Counts, Entry, FixedWindow, LeakyBucket, Limiter, Params, Penalized, SlidingLog, SlidingWindow,
+    TokenBucket, TokenForm, MAX_LIMIT, MAX_PERIOD_US, MAX_TIME_US, MIN_PERIOD_US,
 };
 
 /// The encoding version written today; later releases keep loading it.
-pub const ENCODING_VERSION: i32 = 4;
+pub const ENCODING_VERSION: i32 = 5;
+/// The first encoding with a ban after the state's words.
+const V4: i32 = 4;
 /// The first encoding, still loaded.
 const V1: i32 = 1;
 /// The second, still loaded.
 const V2: i32 = 2;
 /// The first with CL.THROTTLE's own form of a TOKEN value.
-const V4: i32 = 4;
+const V5: i32 = 5;
 
-/// The first word of a TOKEN value in CL.THROTTLE's form (version 4 and
+/// The first word of a TOKEN value in CL.THROTTLE's form (version 5 and
 /// later): `u64::MAX`, where a bucket has its level's high word (below
 /// 2^34). Then `tat` (Unix ns) high and low, `max_burst`, `count` and
 /// `period` as `i64` bits: six words, as a bucket's.
@@ -246,7 +250,7 @@ impl Codec for TokenBucket {
     fn decode(version: i32, src: &mut dyn WordSource) -> Result<Self, DecodeError> {
         known_version(version)?;
         let first = src.word()?;
-        if first != CELL_MARKER || version < V4 {
+        if first != CELL_MARKER || version < V5 {
             return decode_bucket_after(first, src).map(|b| TokenBucket::from_bucket(&b));
         }
         let tat_ns = u128::from(src.word()?) << 64 | u128::from(src.word()?);
@@ -263,6 +267,47 @@ impl Codec for LeakyBucket {
 
     fn decode(version: i32, src: &mut dyn WordSource) -> Result<Self, DecodeError> {
         decode_bucket(version, src).map(|b| LeakyBucket::from_bucket(&b))
+    }
+}
+
+/// The first word of a banned key's value: the ban's words follow, and
+/// nothing else (the state a ban sets aside is idle).
+const BANNED: u64 = 3;
+
+impl<L: Limiter + Codec> Codec for Penalized<L> {
+    fn encode(&self, out: &mut dyn FnMut(u64)) {
+        match self.ban() {
+            None => {
+                out(0);
+                self.inner.encode(out);
+            }
+            Some(ban) => {
+                for w in [BANNED, ban.until_us, ban.length_us, ban.hits] {
+                    out(w);
+                }
+            }
+        }
+    }
+
+    /// A ban ends at most the longest ban after the latest time, lasts a
+    /// whole number of ms within the periods' bounds, and counts no more
+    /// than any limit.
+    fn decode(version: i32, src: &mut dyn WordSource) -> Result<Self, DecodeError> {
+        if version < V4 {
+            return L::decode(version, src).map(Penalized::new);
+        }
+        known_version(version)?;
+        match src.word()? {
+            0 => L::decode(version, src).map(Penalized::new),
+            BANNED => {
+                let (until_us, length_us, hits) = (src.word()?, src.word()?, src.word()?);
+                check(until_us <= MAX_TIME_US + MAX_PERIOD_US && length_us <= until_us, "ban end")?;
+                check((MIN_PERIOD_US..=MAX_PERIOD_US).contains(&length_us) && length_us % 1_000 == 0, "ban length")?;
+                check(hits <= MAX_LIMIT, "ban hits")?;
+                Ok(Penalized { inner: L::default(), ban: Some(Box::new(Ban { until_us, length_us, hits })) })
+            }
+            _ => Err(DecodeError::Invalid("ban")),
+        }
     }
 }
 
@@ -296,6 +341,40 @@ mod tests {
         state
     }
 
+    /// A state and its ban, in version 4; earlier versions load with none.
+    #[test]
+    fn bans_round_trip_and_are_checked() {
+        use crate::limiter::{Escalation, Rules};
+        let p = Params::new(2, 1_000_000, None).unwrap();
+        let rules = Rules { ban_us: Some(60_000_000), escalation: Escalation::Renew, ..Rules::default() };
+        let mut banned = Penalized::<FixedWindow>::default();
+        for at in [5, 6, 7] {
+            banned.call(&p, 1, &rules, at);
+        }
+        assert!(banned.ban().is_some());
+        round_trip(banned.clone());
+        let mut plain = Penalized::<SlidingLog>::default();
+        plain.call(&p, 1, &Rules::default(), 5);
+        round_trip(plain);
+        let encoded = words(&banned);
+        let decode = |w: &[u64]| Penalized::<FixedWindow>::decode(ENCODING_VERSION, &mut w.iter().copied());
+        let with = |at: usize, value: u64| {
+            let mut w = encoded.clone();
+            w[at] = value;
+            w
+        };
+        assert_eq!(decode(&with(0, 2)), Err(DecodeError::Invalid("ban")));
+        assert_eq!(decode(&with(1, MAX_TIME_US + MAX_PERIOD_US + 1)), Err(DecodeError::Invalid("ban end")));
+        assert_eq!(decode(&with(2, 1_500)), Err(DecodeError::Invalid("ban length")));
+        assert_eq!(decode(&with(2, 0)), Err(DecodeError::Invalid("ban length")));
+        assert_eq!(decode(&with(3, MAX_LIMIT + 1)), Err(DecodeError::Invalid("ban hits")));
+        assert_eq!(decode(&[0, 5, 1]), Ok(Penalized::new(FixedWindow { window_start_us: 5, count: 1 })));
+        assert!(decode(&[0, 5, 0]).is_err(), "the state's own checks");
+        let v3 = words(&FixedWindow { window_start_us: 5, count: 1 });
+        let loaded = Penalized::<FixedWindow>::decode(3, &mut v3.into_iter()).unwrap();
+        assert_eq!(loaded, Penalized::new(FixedWindow { window_start_us: 5, count: 1 }));
+    }
+
     #[test]
     fn every_type_round_trips_and_refuses_truncation() {
         let p = Params::new(10, 1_000_000, Some(20)).unwrap();
@@ -308,9 +387,9 @@ mod tests {
     }
 
     /// CL.THROTTLE's form of a TOKEN value: six words behind a marker no
-    /// bucket has, loaded from version 4 on, checked like the rest.
+    /// bucket has, loaded from version 5 on, checked like the rest.
     #[test]
-    fn cell_form_round_trips_from_version_4() {
+    fn cell_form_round_trips_from_version_5() {
         let tat = (1u128 << 64) + 123_456_789;
         for (b, c, p) in [(15, 30, 60), (-5, 1, -60), (1000, 1, 2_592_000), (0, 1, i64::MIN)] {
             let cell = CellState::new(tat, b, c, p).unwrap();
@@ -319,13 +398,13 @@ mod tests {
             round_trip(state.clone());
             let encoded = words(&state);
             assert_eq!(encoded, [u64::MAX, 1, 123_456_789, b as u64, c as u64, p as u64]);
-            // Versions 1 to 3 read the marker as a bucket's level: refused.
-            for old in [1, 2, 3] {
+            // Versions 1 to 4 read the marker as a bucket's level: refused.
+            for old in [1, 2, 3, 4] {
                 assert!(TokenBucket::decode(old, &mut encoded.iter().copied()).is_err());
             }
         }
         let good = [u64::MAX, 0, 5, 15, 30, 60];
-        assert!(TokenBucket::decode(4, &mut good.into_iter()).is_ok());
+        assert!(TokenBucket::decode(5, &mut good.into_iter()).is_ok());
         let bad: &[([u64; 6], &str)] = &[
             ([u64::MAX, 0, 0, 15, 30, 60], "no tat"),
             ([u64::MAX, 4, 0, 15, 30, 60], "tat beyond any call"),
@@ -335,14 +414,22 @@ mod tests {
             ([u64::MAX, 0, 5, 1 << 40, 1, 1 << 40], "tolerance wraps"),
         ];
         for (words, why) in bad {
-            assert!(TokenBucket::decode(4, &mut words.iter().copied()).is_err(), "{why}");
+            assert!(TokenBucket::decode(5, &mut words.iter().copied()).is_err(), "{why}");
         }
-        // The native buckets' words are unchanged in version 4.
+        // The native buckets' words are unchanged in version 5.
         let p = Params::new(10, 1_000_000, Some(20)).unwrap();
         let token = used::<TokenBucket>(p, &[(5, 3)]);
         let encoded = words(&token);
-        assert_eq!(TokenBucket::decode(3, &mut encoded.iter().copied()), Ok(token.clone()));
-        assert_eq!(TokenBucket::decode(4, &mut encoded.iter().copied()), Ok(token));
+        for version in [3, 4, 5] {
+            assert_eq!(TokenBucket::decode(version, &mut encoded.iter().copied()), Ok(token.clone()));
+        }
+        // Behind the ban word of versions 4 and later, as the TOKEN type
+        // stores it.
+        let cell = CellState::new(5, 15, 30, 60).unwrap();
+        let stored = Penalized::new(TokenBucket::from_cell(&cell));
+        round_trip(stored.clone());
+        assert_eq!(words(&stored), [0, u64::MAX, 0, 5, 15, 30, 60]);
+        assert!(Penalized::<TokenBucket>::decode(4, &mut words(&stored).into_iter()).is_err());
     }
 
     /// A refund under a lowered limit stores a count above that limit; it

@@ -1,9 +1,10 @@
-//! Earlier encodings stay loadable: `tests/fixtures/v1.rdb` to `v4.rdb`
+//! Earlier encodings stay loadable: `tests/fixtures/v1.rdb` to `v5.rdb`
 //! were each written once by `write_fixture` with a build of that version
-//! (run it with `--ignored` and `THROTTLE_FIXTURE=vN.rdb` only to add a
-//! version, never to "fix" a failing `fixtures_load`: that failure means
-//! today's build cannot read yesterday's data). All hold the same keys,
-//! made by the same calls; from version 4 on, a key CL.THROTTLE wrote too.
+//! (run it with `--ignored`, `THROTTLE_FIXTURE=vN.rdb` and that build as
+//! `THROTTLE_MODULE` only to add a version, never to "fix" a failing
+//! `fixtures_load`: that failure means today's build cannot read
+//! yesterday's data). All hold the same keys, made by the same calls; from
+//! version 5 on, a key CL.THROTTLE wrote in its own form too.
 
 mod common;
 
@@ -84,7 +85,7 @@ const KEYS: &[Key] = &[
     },
 ];
 
-/// A key CL.THROTTLE wrote (version 4 and later): its call, on the
+/// A key CL.THROTTLE wrote (version 5 and later): its call, on the
 /// server's clock (CL.THROTTLE has no `AT`), and what THROTTLE.INFO shows
 /// of the loaded value: max_burst, count_per_period, period and tat (Unix
 /// µs), none of which moves with time.
@@ -98,14 +99,15 @@ struct CellKey {
 /// 1 per 30 days with a burst of 1000, 500 taken: the native commands'
 /// bounds refuse it, and the debt outlives the fixture by decades.
 const CELL_KEYS: &[CellKey] = &[CellKey {
-    name: "v4:cell",
-    call: "CL.THROTTLE v4:cell 1000 1 2592000 500",
-    digest: "80718a0ec2c7e753e500b4adad504a50c58bab9b",
-    info: [1000, 1, 2_592_000, 3_092_179_193_757_567],
+    name: "v5:cell",
+    call: "CL.THROTTLE v5:cell 1000 1 2592000 500",
+    digest: "acc49c957e9720be67e259942ea8caea7a74b0cc",
+    info: [1000, 1, 2_592_000, 3_092_180_453_445_458],
 }];
 
 /// The committed fixtures, oldest first, and whether each has [`CELL_KEYS`].
-const FIXTURES: &[(&str, bool)] = &[("v1.rdb", false), ("v2.rdb", false), ("v3.rdb", false), ("v4.rdb", true)];
+const FIXTURES: &[(&str, bool)] =
+    &[("v1.rdb", false), ("v2.rdb", false), ("v3.rdb", false), ("v4.rdb", false), ("v5.rdb", true)];
 
 /// THROTTLE.INFO's integer fields after `algorithm`, in order.
 fn info_numbers(c: &mut redis::Connection, key: &str) -> Vec<i64> {
@@ -126,6 +128,8 @@ fn peek_line(key: &Key) -> String {
 #[test]
 #[ignore = "wrote the committed fixtures, each with a build of its version; kept to show how"]
 fn write_fixture() {
+    let name = std::env::var("THROTTLE_FIXTURE").expect("THROTTLE_FIXTURE names the file to write");
+    let cell = FIXTURES.iter().find(|f| f.0 == name).is_none_or(|f| f.1);
     let server = Server::start();
     let mut c = server.conn();
     for key in KEYS {
@@ -138,7 +142,7 @@ fn write_fixture() {
         assert_eq!(kind, key.kind);
         println!("{}: digest {:?}, peek {:?}", key.name, digest(&mut c, key.name), throttle(&mut c, &peek_line(key)));
     }
-    for key in CELL_KEYS {
+    for key in CELL_KEYS.iter().filter(|_| cell) {
         let _: Vec<i64> = call(&mut c, key.call).expect("CL.THROTTLE");
         let persisted: i64 = call(&mut c, &format!("PERSIST {}", key.name)).expect("PERSIST");
         assert_eq!(persisted, 1, "{}", key.name);
@@ -146,7 +150,6 @@ fn write_fixture() {
     }
     let ok: String = call(&mut c, "SAVE").expect("SAVE");
     assert_eq!(ok, "OK");
-    let name = std::env::var("THROTTLE_FIXTURE").expect("THROTTLE_FIXTURE names the file to write");
     std::fs::copy(server.dir.path().join("dump.rdb"), fixture_path(&name)).expect("copy the RDB");
 }
 

@@ -8,7 +8,7 @@
 //!
 //! - [`parse_call`]: bytes split on spaces into arguments, through
 //!   `parse_call` for every algorithm and `parse_all`. Accepted calls are
-//!   within the README's bounds and re-parse identically from the form the
+//!   within the documented bounds and re-parse identically from the form the
 //!   module propagates; errors are short printable `ERR ` lines.
 //! - [`decode_state`]: bytes as LEB128 words through every type's
 //!   `Codec::decode` for versions 0 to 3. A decoded state re-encodes to
@@ -582,7 +582,7 @@ fn run_sequence<T: State>(head: u8, b: &mut Bytes) {
     }
 }
 
-/// The README's promises about one reply, checked on copies of the state:
+/// The promises docs/commands.md makes about one reply, checked on copies of the state:
 /// `remaining` further units fit at the same instant and one more does not;
 /// a limited call repeated `retry_after` ms later is admitted and 1 ms
 /// earlier is not; the key is idle `reset_after` ms later and not 1 ms

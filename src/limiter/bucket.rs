@@ -157,6 +157,16 @@ impl Limiter for TokenBucket {
         *self = TokenBucket::from_bucket(&bucket);
         decision
     }
+
+    fn force(&mut self, params: &Params, units: u64, now_us: u64) {
+        let mut bucket = self.bucket_for(params, now_us);
+        bucket.force(params, units, now_us, Kind::Token);
+        *self = TokenBucket::from_bucket(&bucket);
+    }
+
+    fn used(&self, params: &Params, now_us: u64) -> u64 {
+        self.bucket_for(params, now_us).used(params, now_us, Kind::Token)
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -265,6 +275,30 @@ impl Bucket {
         }
     }
 
+    /// Adds `units` of work (LEAKY) or takes `units` tokens (TOKEN) whether
+    /// or not they fit, up to a full (LEAKY) or empty (TOKEN) bucket.
+    fn force(&mut self, params: &Params, units: u64, now_us: u64, kind: Kind) {
+        let now = now_us.max(self.updated_at_us);
+        let period = u128::from(params.period_us());
+        let capacity = u128::from(params.burst()) * period;
+        let level = (self.level_at(params, now, kind) + u128::from(units) * period).min(capacity);
+        if level > 0 {
+            *self = Bucket {
+                level,
+                updated_at_us: now,
+                limit: params.limit(),
+                period_us: params.period_us(),
+                burst: params.burst(),
+            };
+        }
+    }
+
+    /// The units in the bucket's level at `now`, rounded up.
+    fn used(&self, params: &Params, now_us: u64, kind: Kind) -> u64 {
+        let level = self.level_at(params, now_us.max(self.updated_at_us), kind);
+        ceil_div(level, u128::from(params.period_us())) as u64
+    }
+
     /// The parameters of the last change.
     pub(crate) fn last_params(&self) -> Option<Params> {
         Params::new(self.limit, self.period_us, Some(self.burst)).ok()
@@ -286,6 +320,16 @@ impl Limiter for LeakyBucket {
         let decision = bucket.refund(params, units, now_us, Kind::Leaky);
         *self = LeakyBucket::from_bucket(&bucket);
         decision
+    }
+
+    fn force(&mut self, params: &Params, units: u64, now_us: u64) {
+        let mut bucket = self.bucket();
+        bucket.force(params, units, now_us, Kind::Leaky);
+        *self = LeakyBucket::from_bucket(&bucket);
+    }
+
+    fn used(&self, params: &Params, now_us: u64) -> u64 {
+        self.bucket().used(params, now_us, Kind::Leaky)
     }
 }
 

@@ -584,7 +584,7 @@ mod tests {
         assert_eq!(key.call(&q, 1, START + MS + 2 * S), Ok([0, 1, 0, -1, 2]));
     }
 
-    /// The README's example: `CL.THROTTLE user123 15 30 60`.
+    /// The example of docs/commands.md: `CL.THROTTLE user123 15 30 60`.
     #[test]
     fn redis_cell_readme() {
         let out = throttle(None, &quota(15, 30, 60), 1, START);

@@ -9,9 +9,9 @@
 use super::ffi::{Ctx, Key, RString, Slot};
 use super::propagation;
 use super::reply::CommandError;
-use super::types::{event_name, Snapshot, Stored};
+use super::types::{event_name, ExactState, FixedState, LeakyState, SlidingState, Snapshot, Stored, TokenState};
 use crate::args::{Algorithm, Call, PackedCall, TtlFrom};
-use crate::limiter::{Decision, FixedWindow, LeakyBucket, SlidingLog, SlidingWindow, TokenBucket};
+use crate::limiter::{Decision, Detail, Limiter, Penalized};
 
 /// Who runs the call: a command handler has the client's own command at
 /// hand (and its context's flags), a served waiter does not.
@@ -27,6 +27,8 @@ pub(crate) struct Outcome {
     pub decision: Decision,
     /// The key's state changed: it was settled and must be propagated.
     pub changed: bool,
+    /// The reply's extra fields, when the call asked for them (`DETAIL`).
+    pub detail: Option<Detail>,
 }
 
 /// Apply changes the key; DryRun answers what Apply would, changing nothing.
@@ -83,11 +85,11 @@ fn snapshot(key: &mut Key, algorithm: Algorithm, exact: bool, expire_at_ms: u64)
         }
     }
     match (algorithm, exact) {
-        (Algorithm::Fixed, _) => of::<FixedWindow>(key, expire_at_ms),
-        (Algorithm::Sliding, false) => of::<SlidingWindow>(key, expire_at_ms),
+        (Algorithm::Fixed, _) => of::<FixedState>(key, expire_at_ms),
+        (Algorithm::Sliding, false) => of::<SlidingState>(key, expire_at_ms),
         (Algorithm::Sliding, true) => None,
-        (Algorithm::Token, _) => of::<TokenBucket>(key, expire_at_ms),
-        (Algorithm::Leaky, _) => of::<LeakyBucket>(key, expire_at_ms),
+        (Algorithm::Token, _) => of::<TokenState>(key, expire_at_ms),
+        (Algorithm::Leaky, _) => of::<LeakyState>(key, expire_at_ms),
     }
 }
 
@@ -98,9 +100,9 @@ pub(crate) fn dry_run(
     algorithm: Algorithm,
     call: &Call,
     now_us: u64,
-) -> Result<Decision, CommandError> {
+) -> Result<Outcome, CommandError> {
     let mut key = Key::open_read(ctx, key_name);
-    run_on_key(&mut key, algorithm, call, now_us, Mode::DryRun).map(|o| o.decision)
+    run_on_key(&mut key, algorithm, call, now_us, Mode::DryRun)
 }
 
 /// The clock a change's expiry counts from: the master's, which a replayed
@@ -163,11 +165,11 @@ pub(crate) fn check_type(key: &mut Key, algorithm: Algorithm, exact: bool) -> Re
         }
     }
     match (algorithm, exact) {
-        (Algorithm::Fixed, _) => of::<FixedWindow>(key),
-        (Algorithm::Sliding, false) => of::<SlidingWindow>(key),
-        (Algorithm::Sliding, true) => of::<SlidingLog>(key),
-        (Algorithm::Token, _) => of::<TokenBucket>(key),
-        (Algorithm::Leaky, _) => of::<LeakyBucket>(key),
+        (Algorithm::Fixed, _) => of::<FixedState>(key),
+        (Algorithm::Sliding, false) => of::<SlidingState>(key),
+        (Algorithm::Sliding, true) => of::<ExactState>(key),
+        (Algorithm::Token, _) => of::<TokenState>(key),
+        (Algorithm::Leaky, _) => of::<LeakyState>(key),
     }
 }
 
@@ -179,42 +181,47 @@ pub(crate) fn run_on_key(
     mode: Mode,
 ) -> Result<Outcome, CommandError> {
     match (algorithm, call.exact) {
-        (Algorithm::Fixed, _) => run::<FixedWindow>(key, call, now_us, mode),
-        (Algorithm::Sliding, false) => run::<SlidingWindow>(key, call, now_us, mode),
-        (Algorithm::Sliding, true) => run::<SlidingLog>(key, call, now_us, mode),
-        (Algorithm::Token, _) => run::<TokenBucket>(key, call, now_us, mode),
-        (Algorithm::Leaky, _) => run::<LeakyBucket>(key, call, now_us, mode),
+        (Algorithm::Fixed, _) => run::<crate::limiter::FixedWindow>(key, call, now_us, mode),
+        (Algorithm::Sliding, false) => run::<crate::limiter::SlidingWindow>(key, call, now_us, mode),
+        (Algorithm::Sliding, true) => run::<crate::limiter::SlidingLog>(key, call, now_us, mode),
+        (Algorithm::Token, _) => run::<crate::limiter::TokenBucket>(key, call, now_us, mode),
+        (Algorithm::Leaky, _) => run::<crate::limiter::LeakyBucket>(key, call, now_us, mode),
     }
 }
 
-fn run<T: Stored>(key: &mut Key, call: &Call, now_us: u64, mode: Mode) -> Result<Outcome, CommandError> {
-    let units = call.cost.unsigned_abs();
-    let step = |state: &mut T| {
-        if call.cost < 0 {
-            state.refund(&call.params, units, now_us)
-        } else {
-            state.acquire(&call.params, units, now_us)
-        }
-    };
-    let outcome = match (key.slot::<T>(T::redis_type()), mode) {
+fn run<L>(key: &mut Key, call: &Call, now_us: u64, mode: Mode) -> Result<Outcome, CommandError>
+where
+    L: Limiter + PartialEq,
+    Penalized<L>: Stored,
+{
+    let params = &call.params;
+    let detail = |state: &Penalized<L>| call.detail.then(|| state.detail(params, now_us));
+    let outcome = match (key.slot::<Penalized<L>>(Penalized::<L>::redis_type()), mode) {
         (Slot::Other, _) => return Err(CommandError::WrongType),
         (Slot::Mine(state), Mode::Apply) => {
-            let decision = step(state);
-            let changed = call.cost < 0 || (decision.allowed && call.cost > 0);
-            Outcome { decision, changed }
+            let (decision, changed) = state.call(params, call.cost, &call.rules, now_us);
+            Outcome { decision, changed, detail: detail(state) }
         }
         (Slot::Mine(state), Mode::DryRun) => {
-            let decision =
-                if call.cost < 0 { step(&mut state.clone()) } else { state.check(&call.params, units, now_us) };
-            Outcome { decision, changed: false }
+            let decision = if call.cost < 0 || !call.rules.is_none() {
+                // A refund, and a call whose penalties change the state
+                // even when refused, are answered by running on a copy.
+                let mut copy = state.clone();
+                copy.call(params, call.cost, &call.rules, now_us).0
+            } else {
+                state.check(params, call.cost.unsigned_abs(), now_us)
+            };
+            Outcome { decision, changed: false, detail: detail(state) }
         }
         (Slot::Empty, _) => {
             // A refund or a peek on a missing key finds it idle and leaves
-            // it missing; an admitted call creates it.
-            let mut state = T::default();
-            let decision = step(&mut state);
-            let changed = mode == Mode::Apply && call.cost > 0 && decision.allowed && key.set(T::redis_type(), state);
-            Outcome { decision, changed }
+            // it missing; a call that changes the state creates it.
+            let mut state = Penalized::<L>::default();
+            let (decision, changed) = state.call(params, call.cost, &call.rules, now_us);
+            let detail = detail(&state);
+            let keep = changed && state != Penalized::<L>::default();
+            let changed = mode == Mode::Apply && keep && key.set(Penalized::<L>::redis_type(), state);
+            Outcome { decision, changed, detail }
         }
     };
     Ok(outcome)

@@ -37,7 +37,7 @@ use std::sync::Mutex;
 
 use redis_module::raw;
 
-use super::apply::{self, Origin};
+use super::apply::{self, Origin, Outcome};
 use super::clock;
 use super::config;
 use super::ffi::{self, Ctx, RString};
@@ -45,7 +45,7 @@ use super::gate::{self, Gate};
 use super::reply::{self, CommandError};
 use super::stats::{self, Counter};
 use crate::args::{Algorithm, Call};
-use crate::limiter::{Decision, NEVER};
+use crate::limiter::{Decision, Rules, NEVER};
 use crate::wait_queue::{ClientId, Db, QueueId, Timer, Waiters};
 
 type BlockedClient = *mut raw::RedisModuleBlockedClient;
@@ -65,8 +65,9 @@ struct Slot {
     answer: Option<Answer>,
 }
 
-/// A waiter's reply: the decision, or the error a command would get.
-type Answer = Result<Decision, CommandError>;
+/// A waiter's reply: the decision (and the extra fields it asked for), or
+/// the error a command would get.
+type Answer = Result<Outcome, CommandError>;
 
 static WAITERS: Mutex<Option<Waiters<Pending>>> = Mutex::new(None);
 /// A context of the module's own, for timers set where Redis gives none
@@ -154,7 +155,9 @@ fn block(ctx: Ctx, key: RString, algorithm: Algorithm, call: &Call, retry_after_
     let now_us = clock::monotonic_us();
     let deadline_us = call.block_ms.filter(|&ms| ms > 0).map(|ms| now_us.saturating_add(ms.saturating_mul(1000)));
     let slot = Box::into_raw(Box::new(Slot { client: std::ptr::null_mut(), answer: None }));
-    let pending = Pending { algorithm, call: *call };
+    // Its penalties ran with the call (if it ran before waiting): a waiter
+    // is not punished again each time it is looked at.
+    let pending = Pending { algorithm, call: Call { rules: Rules::default(), ..*call } };
     let Ok(queue) = with(|w| w.add(db, name, slot as ClientId, pending, deadline_us, config::waiter_caps())) else {
         // SAFETY: never shared: the box is ours again.
         drop(unsafe { Box::from_raw(slot) });
@@ -368,7 +371,9 @@ fn serve_in_order(ctx: Ctx, queue: QueueId, key: RString, gate: &Gate) -> Option
     while let Some((client, pending)) = with(|w| w.head(queue).map(|h| (h.client, *h.payload))) {
         let answer = match gate {
             Gate::Open => match run(ctx, key, &pending) {
-                Ok(d) if !d.allowed && d.retry_after_ms != NEVER => return Some(d.retry_after_ms),
+                Ok(o) if !o.decision.allowed && o.decision.retry_after_ms != NEVER => {
+                    return Some(o.decision.retry_after_ms)
+                }
                 answer => answer,
             },
             Gate::Closed => return Some(CLOSED_GATE_RETRY_MS),
@@ -385,23 +390,23 @@ fn serve_in_order(ctx: Ctx, queue: QueueId, key: RString, gate: &Gate) -> Option
 /// that would fit right now says so with `retry_after` 0.
 fn limited_now(ctx: Ctx, key: RString, pending: &Pending) -> Answer {
     let now_us = clock::now_us();
-    let decision = apply::dry_run(ctx, key, pending.algorithm, &pending.call, now_us)?;
-    if !decision.allowed {
-        return Ok(decision);
+    let outcome = apply::dry_run(ctx, key, pending.algorithm, &pending.call, now_us)?;
+    if !outcome.decision.allowed {
+        return Ok(outcome);
     }
     let peek = Call { cost: 0, ..pending.call };
     let now = apply::dry_run(ctx, key, pending.algorithm, &peek, now_us)?;
-    Ok(Decision { allowed: false, retry_after_ms: 0, ..now })
+    Ok(Outcome { decision: Decision { allowed: false, retry_after_ms: 0, ..now.decision }, ..now })
 }
 
 /// The waiter's call, run now through the command's own path.
 fn run(ctx: Ctx, key: RString, pending: &Pending) -> Answer {
-    apply::execute(ctx, key, pending.algorithm, &pending.call, clock::now_us(), Origin::Waiter).map(|o| o.decision)
+    apply::execute(ctx, key, pending.algorithm, &pending.call, clock::now_us(), Origin::Waiter)
 }
 
 fn count(algorithm: Algorithm, answer: &Answer) {
     let counter = match answer {
-        Ok(d) if d.allowed => Counter::Admitted,
+        Ok(o) if o.decision.allowed => Counter::Admitted,
         Ok(_) => Counter::TimedOut,
         Err(_) => return,
     };
@@ -465,7 +470,7 @@ unsafe extern "C" fn answer_now(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_
             slot.answer = Some(unblocked_from_outside(ctx, slot as *mut Slot as ClientId, key));
         }
         match &slot.answer {
-            Some(Ok(d)) => reply::decision(ctx, ffi::context_flags(ctx), d),
+            Some(Ok(o)) => reply::decision(ctx, ffi::context_flags(ctx), &o.decision, o.detail.as_ref()),
             Some(Err(e)) => e.reply(ctx),
             None => ffi::reply_null(ctx),
         }

@@ -37,7 +37,7 @@ use super::docs::{ArgDoc, KEY_ARG};
 use super::ffi::{self, cstr, Ctx, Key, RString, Slot};
 use super::propagation;
 use super::stats::{self, Counter};
-use super::types::{Snapshot, TOKEN_TYPE};
+use super::types::{Snapshot, TokenState, TOKEN_TYPE};
 use crate::limiter::cell::{self as mapping, bucket_tat_ns, CellError, CellQuota, CellReply, CellState, Change};
 use crate::limiter::{TokenBucket, TokenForm, MAX_TIME_US};
 
@@ -55,6 +55,7 @@ pub(crate) const ARGS: &[ArgDoc] = &[
 enum Failure {
     Cell(CellError),
     WrongType,
+    Banned,
 }
 
 impl From<CellError> for Failure {
@@ -75,6 +76,9 @@ pub(crate) fn cl_throttle(ctx: Ctx, argv: &[RString]) {
         }
         Err(Failure::Cell(e)) => ffi::reply_error(ctx, &e.message()),
         Err(Failure::WrongType) => ffi::reply_error(ctx, ffi::WRONGTYPE),
+        Err(Failure::Banned) => {
+            ffi::reply_error(ctx, "ERR the key is under a THROTTLE.TOKEN ban, which CL.THROTTLE cannot answer for")
+        }
     }
 }
 
@@ -98,10 +102,13 @@ fn run(ctx: Ctx, argv: &[RString]) -> Result<CellReply, Failure> {
     // redis-cell's clock, to the µs (and within the bounds every state keeps).
     let now_us = super::clock::now_us().min(MAX_TIME_US);
     let now_ns = i128::from(now_us) * 1_000;
-    let (tat, existed) = match key.slot::<TokenBucket>(&TOKEN_TYPE) {
+    let (tat, existed) = match key.slot::<TokenState>(&TOKEN_TYPE) {
         Slot::Other => return Err(Failure::WrongType),
         Slot::Empty => (None, false),
-        Slot::Mine(state) => match state.form() {
+        // redis-cell has no bans: a key that THROTTLE.TOKEN banned is not
+        // one it can answer for.
+        Slot::Mine(state) if state.ban().is_some() => return Err(Failure::Banned),
+        Slot::Mine(state) => match state.inner.form() {
             TokenForm::Cell(cell) => (i128::try_from(cell.tat_ns).ok(), true),
             TokenForm::Bucket(bucket) => (bucket_tat_ns(&bucket), true),
         },
@@ -116,13 +123,13 @@ fn run(ctx: Ctx, argv: &[RString]) -> Result<CellReply, Failure> {
         // Redis keeps a key through the ms its expiry names.
         Change::Store(tat_ns) => CellState::new(tat_ns, max_burst, count, period).map(|cell| {
             let expire_at_ms = u64::try_from(tat_ns / 1_000_000).unwrap_or(0);
-            Some((TokenBucket::from_cell(&cell), expire_at_ms))
+            Some((TokenState::new(TokenBucket::from_cell(&cell)), expire_at_ms))
         }),
     };
     let Some(after) = after else { return outcome.reply.map_err(Failure::Cell) };
     match &after {
         Some((state, expire_at_ms)) => {
-            let set = match key.slot::<TokenBucket>(&TOKEN_TYPE) {
+            let set = match key.slot::<TokenState>(&TOKEN_TYPE) {
                 Slot::Mine(stored) => {
                     *stored = state.clone();
                     true
@@ -149,7 +156,7 @@ fn run(ctx: Ctx, argv: &[RString]) -> Result<CellReply, Failure> {
     let flags = ffi::context_flags(ctx);
     propagation::send(ctx, flags, move || match after {
         Some((state, expire_at_ms)) => {
-            // Six words: a snapshot always has room for them.
+            // Seven words: a snapshot always has room for them.
             if let Some(snapshot) = Snapshot::of(&state, expire_at_ms) {
                 propagation::set_state(ctx, key_name, &snapshot);
             }

@@ -22,9 +22,10 @@ pub(crate) fn throttle(ctx: Ctx, argv: &[RString], algorithm: Algorithm) {
         };
         let call = parse_call(algorithm, rest.iter().map(|s| ffi::bytes(*s)))?;
         refuse_internal_options(context_flags, &call)?;
-        // A call at a fixed time (AT) cannot wait for the clock: BLOCK then
-        // answers at once.
-        let mut blocking = call.block_ms.is_some() && call.at_us.is_none();
+        // A call at a fixed time (AT) cannot wait for the clock, and one
+        // that takes its units whatever (FORCE) or bans now (NOW) has
+        // nothing to wait for: BLOCK then answers at once.
+        let mut blocking = call.block_ms.is_some() && call.at_us.is_none() && !call.rules.force && !call.rules.ban_now;
         if blocking {
             match blocked_clients::behind_waiters(ctx, *key_name, algorithm, &call) {
                 Behind::Queued => return Ok(None),
@@ -42,12 +43,12 @@ pub(crate) fn throttle(ctx: Ctx, argv: &[RString], algorithm: Algorithm) {
         if may_wait && blocked_clients::until_admitted(ctx, *key_name, algorithm, &call, decision.retry_after_ms) {
             return Ok(None);
         }
-        Ok(Some(decision))
+        Ok(Some(outcome))
     })();
     match result {
-        Ok(Some(decision)) => {
-            counters.add(if decision.allowed { Counter::Admitted } else { Counter::Limited });
-            reply::decision(ctx, context_flags, &decision);
+        Ok(Some(outcome)) => {
+            counters.add(if outcome.decision.allowed { Counter::Admitted } else { Counter::Limited });
+            reply::decision(ctx, context_flags, &outcome.decision, outcome.detail.as_ref());
         }
         Ok(None) => counters.add(Counter::Blocked),
         Err(e) => e.reply(ctx),
@@ -73,7 +74,7 @@ pub(crate) fn packed_call(ctx: Ctx, argv: &[RString]) {
         Ok((context_flags, outcome.decision))
     })();
     match result {
-        Ok((context_flags, decision)) => reply::decision(ctx, context_flags, &decision),
+        Ok((context_flags, decision)) => reply::decision(ctx, context_flags, &decision, None),
         Err(e) => e.reply(ctx),
     }
 }

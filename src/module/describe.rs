@@ -12,9 +12,11 @@
 use std::ffi::CStr;
 
 use super::ffi::{self, Ctx, Key, RString, Slot};
-use super::types::Stored;
+use super::types::{FixedState, Stored};
 use crate::args::{parse_at, ArgError};
-use crate::limiter::{Bucket, FixedWindow, LeakyBucket, Limiter, SlidingLog, SlidingWindow, TokenBucket, TokenForm};
+use crate::limiter::{
+    Bucket, FixedWindow, LeakyBucket, Limiter, Penalized, SlidingLog, SlidingWindow, TokenBucket, TokenForm,
+};
 
 /// A field's name and value.
 type Field = (&'static CStr, i64);
@@ -24,7 +26,7 @@ fn int(value: u64) -> i64 {
 }
 
 /// The facts one state shows.
-trait Describe: Stored {
+trait Describe: Limiter {
     const INFO_NAME: &'static [u8];
     /// The fields after `algorithm`, at `now_us`; `ttl_ms` is the key's TTL
     /// (-1 when it has none), its `reset_after` where the state cannot tell.
@@ -135,21 +137,32 @@ pub(crate) fn info(ctx: Ctx, argv: &[RString]) {
         || describe::<TokenBucket>(ctx, &mut key, now_us)
         || describe::<LeakyBucket>(ctx, &mut key, now_us);
     if !described {
-        match key.slot::<FixedWindow>(FixedWindow::redis_type()) {
+        match key.slot::<FixedState>(FixedState::redis_type()) {
             Slot::Empty => ffi::reply_null(ctx),
             _ => ffi::reply_error(ctx, ffi::WRONGTYPE),
         }
     }
 }
 
-/// Replies and returns true when the key holds a `T`.
-fn describe<T: Describe>(ctx: Ctx, key: &mut Key, now_us: u64) -> bool {
+/// Replies and returns true when the key holds an `L` state.
+fn describe<L: Describe>(ctx: Ctx, key: &mut Key, now_us: u64) -> bool
+where
+    Penalized<L>: Stored,
+{
     let ttl_ms = key.ttl_ms();
-    let Slot::Mine(state) = key.slot::<T>(T::redis_type()) else { return false };
-    let fields = state.fields(now_us, ttl_ms);
+    let Slot::Mine(state) = key.slot::<Penalized<L>>(Penalized::<L>::redis_type()) else { return false };
+    let mut fields = state.inner().fields(now_us, ttl_ms);
+    if let Some(ban) = state.ban() {
+        let left_us = ban.until_us.saturating_sub(now_us);
+        fields.extend([
+            (c"banned", int(left_us.div_ceil(1000))),
+            (c"ban_length", int(ban.length_us / 1000)),
+            (c"hits", int(ban.hits)),
+        ]);
+    }
     ffi::reply_map(ctx, fields.len() + 1);
     ffi::reply_simple(ctx, ffi::cstr!("algorithm"));
-    ffi::reply_string(ctx, T::INFO_NAME);
+    ffi::reply_string(ctx, L::INFO_NAME);
     for (name, value) in fields {
         ffi::reply_simple(ctx, name.as_ptr());
         ffi::reply_integer(ctx, value);

@@ -25,7 +25,8 @@ use redis_module::{raw, redis_module, Context, RedisString, Status};
 
 use crate::args::Algorithm;
 use docs::{
-    ArgDoc, CommandDoc, AT, BURST, COST, EXACT, KEY_ARG, KEY_OVERWRITTEN, KEY_READ, KEY_UPDATED, LIMIT, PERIOD,
+    ArgDoc, CommandDoc, AT, BACKOFF, BAN, BLOCK, BURST, COST, DETAIL, EXACT, FLOOR, FORCE, KEY_ARG, KEY_OVERWRITTEN,
+    KEY_READ, KEY_UPDATED, LIMIT, NOW, PERIOD, RENEW, TALLY,
 };
 use ffi::{Ctx, RString};
 use types::{EXACT_TYPE, FIXED_TYPE, LEAKY_TYPE, SLIDING_TYPE, TOKEN_TYPE};
@@ -127,7 +128,7 @@ static COMMANDS: &[Command] = &[
         doc: throttle_doc(
             "THROTTLE.FIXED",
             "Fixed window rate limit: at most `limit` units per window of `period` opened by the first call.",
-            &[KEY_ARG, LIMIT, PERIOD, COST, AT],
+            &[KEY_ARG, LIMIT, PERIOD, COST, AT, BLOCK, BAN, RENEW, BACKOFF, TALLY, FORCE, NOW, DETAIL],
         ),
         handler: fixed_cmd,
         flags: "write deny-oom fast",
@@ -138,7 +139,7 @@ static COMMANDS: &[Command] = &[
             ..throttle_doc(
                 "THROTTLE.SLIDING",
                 "Sliding window rate limit: weighted counter, or with EXACT a log of the last `period`.",
-                &[KEY_ARG, LIMIT, PERIOD, COST, AT, EXACT],
+                &[KEY_ARG, LIMIT, PERIOD, COST, AT, BLOCK, EXACT, FLOOR, BAN, RENEW, BACKOFF, TALLY, FORCE, NOW, DETAIL],
             )
         },
         handler: sliding_cmd,
@@ -148,7 +149,7 @@ static COMMANDS: &[Command] = &[
         doc: throttle_doc(
             "THROTTLE.TOKEN",
             "Token bucket: `burst` tokens, refilled continuously at `limit` per `period`.",
-            &[KEY_ARG, LIMIT, PERIOD, COST, AT, BURST],
+            &[KEY_ARG, LIMIT, PERIOD, COST, AT, BLOCK, BURST, BAN, RENEW, BACKOFF, TALLY, FORCE, NOW, DETAIL],
         ),
         handler: token_cmd,
         flags: "write deny-oom fast",
@@ -157,7 +158,7 @@ static COMMANDS: &[Command] = &[
         doc: throttle_doc(
             "THROTTLE.LEAKY",
             "Leaky bucket: up to `burst` units of queued work, drained at `limit` per `period`.",
-            &[KEY_ARG, LIMIT, PERIOD, COST, AT, BURST],
+            &[KEY_ARG, LIMIT, PERIOD, COST, AT, BLOCK, BURST, BAN, RENEW, BACKOFF, TALLY, FORCE, NOW, DETAIL],
         ),
         handler: leaky_cmd,
         flags: "write deny-oom fast",
@@ -168,7 +169,7 @@ static COMMANDS: &[Command] = &[
             summary: "Checks several limits atomically: admitted only if every limit admits, then all consume.",
             complexity: "O(N) where N is the number of limits",
             arity: -5,
-            args: &[COST, AT, ArgDoc { name: "spec", kind: raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING, token: None, optional: false, multiple: true }],
+            args: &[COST, AT, DETAIL, ArgDoc { name: "spec", kind: raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING, token: None, optional: false, multiple: true }],
             key_flags: None,
         },
         handler: all_cmd,
@@ -298,7 +299,7 @@ fn register(ctx: Ctx, command: &Command) -> bool {
 /// `@fast`, and those that overwrite any key (`THROTTLE._LOAD`,
 /// `THROTTLE._SET`) or run a call at any time it names (`THROTTLE._CALL`)
 /// are `@admin @dangerous`. On 7.0 module commands have no categories:
-/// grant them by name (README).
+/// grant them by name (docs/operations.md, "ACL").
 fn set_acl_categories(ctx: Ctx, name: &CString, flags: &str) -> bool {
     // SAFETY: called from OnLoad with the module's context; the strings
     // outlive the calls.

@@ -11,10 +11,18 @@ use redis_module::raw;
 use super::ffi::{self, cstr};
 use crate::args::Algorithm;
 use crate::codec::{Codec, DecodeError, WordSource, ENCODING_VERSION};
-use crate::limiter::{FixedWindow, LeakyBucket, Limiter, SlidingLog, SlidingWindow, TokenBucket};
+use crate::limiter::{Ban, FixedWindow, LeakyBucket, Limiter, Penalized, SlidingLog, SlidingWindow, TokenBucket};
+
+/// The state each data type holds: an algorithm's state and the ban it
+/// may be under.
+pub(crate) type FixedState = Penalized<FixedWindow>;
+pub(crate) type SlidingState = Penalized<SlidingWindow>;
+pub(crate) type ExactState = Penalized<SlidingLog>;
+pub(crate) type TokenState = Penalized<TokenBucket>;
+pub(crate) type LeakyState = Penalized<LeakyBucket>;
 
 /// What the module needs of a state to store it in a key.
-pub(crate) trait Stored: Limiter + Codec + Clone + 'static {
+pub(crate) trait Stored: Codec + Clone + Default + 'static {
     /// The type's name as `TYPE` shows it (exactly 9 characters).
     const NAME: &'static str;
     /// The byte that names the type in `THROTTLE._SET`.
@@ -23,13 +31,20 @@ pub(crate) trait Stored: Limiter + Codec + Clone + 'static {
     const ALGORITHM: Algorithm;
     fn redis_type() -> &'static RedisType;
     /// Bytes held outside the state itself.
-    fn heap_bytes(&self) -> usize {
-        0
-    }
+    fn heap_bytes(&self) -> usize;
+    /// The words DEBUG DIGEST-VALUE sums: the stored words, less the word
+    /// that says a key holds no ban (a value's digest is the same as
+    /// before bans were kept).
+    fn digest_words(&self, out: &mut dyn FnMut(u64));
+}
+
+/// Bytes a state's ban takes, apart from the state.
+fn ban_bytes<L: Limiter>(state: &Penalized<L>) -> usize {
+    state.ban().map_or(0, |_| std::mem::size_of::<Ban>())
 }
 
 macro_rules! stored {
-    ($state:ty, $static:ident, $name:literal, $tag:literal, $algorithm:expr) => {
+    ($state:ty, $static:ident, $name:literal, $tag:literal, $algorithm:expr, $heap:expr) => {
         pub(crate) static $static: RedisType = RedisType::new($name, ENCODING_VERSION, methods::<$state>());
 
         impl Stored for $state {
@@ -39,14 +54,27 @@ macro_rules! stored {
             fn redis_type() -> &'static RedisType {
                 &$static
             }
+            fn heap_bytes(&self) -> usize {
+                let heap: fn(&$state) -> usize = $heap;
+                ban_bytes(self) + heap(self)
+            }
+            fn digest_words(&self, out: &mut dyn FnMut(u64)) {
+                match self.ban() {
+                    None => self.inner().encode(out),
+                    Some(_) => self.encode(out),
+                }
+            }
         }
     };
 }
 
-stored!(FixedWindow, FIXED_TYPE, "thr-fixed", 1, Algorithm::Fixed);
-stored!(SlidingWindow, SLIDING_TYPE, "thr-slide", 2, Algorithm::Sliding);
-stored!(TokenBucket, TOKEN_TYPE, "thr-token", 4, Algorithm::Token);
-stored!(LeakyBucket, LEAKY_TYPE, "thr-leaky", 5, Algorithm::Leaky);
+stored!(FixedState, FIXED_TYPE, "thr-fixed", 1, Algorithm::Fixed, |_| 0);
+stored!(SlidingState, SLIDING_TYPE, "thr-slide", 2, Algorithm::Sliding, |_| 0);
+stored!(ExactState, EXACT_TYPE, "thr-exact", 3, Algorithm::Sliding, |state| {
+    state.inner().capacity_words() * std::mem::size_of::<u32>()
+});
+stored!(TokenState, TOKEN_TYPE, "thr-token", 4, Algorithm::Token, |_| 0);
+stored!(LeakyState, LEAKY_TYPE, "thr-leaky", 5, Algorithm::Leaky, |_| 0);
 
 /// The keyspace event of a change made by `algorithm`'s command.
 pub(crate) const fn event_name(algorithm: Algorithm) -> *const std::ffi::c_char {
@@ -55,20 +83,6 @@ pub(crate) const fn event_name(algorithm: Algorithm) -> *const std::ffi::c_char 
         Algorithm::Sliding => cstr!("throttle.sliding"),
         Algorithm::Token => cstr!("throttle.token"),
         Algorithm::Leaky => cstr!("throttle.leaky"),
-    }
-}
-
-pub(crate) static EXACT_TYPE: RedisType = RedisType::new("thr-exact", ENCODING_VERSION, methods::<SlidingLog>());
-
-impl Stored for SlidingLog {
-    const NAME: &'static str = "thr-exact";
-    const TAG: u8 = 3;
-    const ALGORITHM: Algorithm = Algorithm::Sliding;
-    fn redis_type() -> &'static RedisType {
-        &EXACT_TYPE
-    }
-    fn heap_bytes(&self) -> usize {
-        self.capacity_words() * std::mem::size_of::<u32>()
     }
 }
 
@@ -206,7 +220,7 @@ unsafe extern "C" fn digest<T: Stored>(md: *mut raw::RedisModuleDigest, value: *
         else {
             return;
         };
-        state.encode(&mut |w| add(md, w as i64));
+        state.digest_words(&mut |w| add(md, w as i64));
         end(md);
     })
 }
@@ -269,11 +283,11 @@ pub(crate) fn load_command(ctx: ffi::Ctx, argv: &[ffi::RString]) {
     };
     let mut words = words.into_iter();
     let result = match ffi::bytes(*type_name) {
-        b"thr-fixed" => load_into::<FixedWindow>(ctx, *key, version, &mut words, None),
-        b"thr-slide" => load_into::<SlidingWindow>(ctx, *key, version, &mut words, None),
-        b"thr-exact" => load_into::<SlidingLog>(ctx, *key, version, &mut words, None),
-        b"thr-token" => load_into::<TokenBucket>(ctx, *key, version, &mut words, None),
-        b"thr-leaky" => load_into::<LeakyBucket>(ctx, *key, version, &mut words, None),
+        b"thr-fixed" => load_into::<FixedState>(ctx, *key, version, &mut words, None),
+        b"thr-slide" => load_into::<SlidingState>(ctx, *key, version, &mut words, None),
+        b"thr-exact" => load_into::<ExactState>(ctx, *key, version, &mut words, None),
+        b"thr-token" => load_into::<TokenState>(ctx, *key, version, &mut words, None),
+        b"thr-leaky" => load_into::<LeakyState>(ctx, *key, version, &mut words, None),
         _ => Err("ERR unknown THROTTLE type"),
     };
     match result {
@@ -337,9 +351,9 @@ pub(crate) struct Snapshot {
 }
 
 impl Snapshot {
-    /// Room for the largest fixed-size state (the buckets' six words) and
-    /// the expiry.
-    const CAPACITY: usize = 2 + 8 * 6 + 8;
+    /// Room for the largest fixed-size state (a word that says it holds
+    /// no ban, then the buckets' six words) and the expiry.
+    const CAPACITY: usize = 2 + 8 * 7 + 8;
 
     pub(crate) fn of<T: Stored>(state: &T, expire_at_ms: u64) -> Option<Snapshot> {
         let mut snapshot = Snapshot { bytes: [0; Snapshot::CAPACITY], len: 2 };
@@ -392,11 +406,11 @@ pub(crate) fn set_command(ctx: ffi::Ctx, argv: &[ffi::RString]) {
     let words = &mut body.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()));
     let at = Some(expire_at_ms);
     let result = match tag {
-        FixedWindow::TAG => load_into::<FixedWindow>(ctx, *key, version, words, at),
-        SlidingWindow::TAG => load_into::<SlidingWindow>(ctx, *key, version, words, at),
-        SlidingLog::TAG => load_into::<SlidingLog>(ctx, *key, version, words, at),
-        TokenBucket::TAG => load_into::<TokenBucket>(ctx, *key, version, words, at),
-        LeakyBucket::TAG => load_into::<LeakyBucket>(ctx, *key, version, words, at),
+        FixedState::TAG => load_into::<FixedState>(ctx, *key, version, words, at),
+        SlidingState::TAG => load_into::<SlidingState>(ctx, *key, version, words, at),
+        ExactState::TAG => load_into::<ExactState>(ctx, *key, version, words, at),
+        TokenState::TAG => load_into::<TokenState>(ctx, *key, version, words, at),
+        LeakyState::TAG => load_into::<LeakyState>(ctx, *key, version, words, at),
         _ => Err("ERR unknown THROTTLE type"),
     };
     match result {

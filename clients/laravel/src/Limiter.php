@@ -69,13 +69,17 @@ final class Limiter
     /**
      * Several limits at once, all or nothing, in one round trip
      * (`THROTTLE.ALL`; one limit is sent as its own command). In Redis Cluster
-     * the keys must share a hash slot: give them the same `{tag}`.
+     * the keys must share a hash slot: give them the same `{tag}`. No limits:
+     * admitted, without a call. $cost 0 only looks.
      *
      * @param list<array{0: string, 1: string, 2: int, 3: int}> $limits [key, algorithm, limit, period ms] each
      * @return array{0: bool, 1: list<Reply>} admitted, then one reply per limit in order
      */
     public function attemptAll(array $limits, int $cost = 1): array
     {
+        if ($limits === []) {
+            return [true, []]; // no limit refuses
+        }
         if (count($limits) === 1) {
             [$key, $algorithm, $limit, $periodMs] = $limits[0];
             $reply = $this->attempt($key, $algorithm, $limit, $periodMs, $cost);
@@ -116,7 +120,11 @@ final class Limiter
         return $prefix === null ? $key : $prefix->getPrefix() . $key;
     }
 
-    /** Sends through the connection's command(), so Laravel's CommandExecuted events still fire. */
+    /**
+     * Sends through the connection's command(), so Laravel's CommandExecuted
+     * events still fire. An error reply throws: ThrottleModuleMissingException
+     * when the server does not know the command, else a RuntimeException.
+     */
     private function send(array $args, string $key): array
     {
         $client = $this->connection->client();
@@ -131,7 +139,8 @@ final class Limiter
         }
         if (!is_array($reply)) {
             $error = is_string($reply) ? $reply : ($client->getLastError() ?? 'no reply');
-            throw new RuntimeException("{$args[0]} failed: $error");
+            throw ThrottleModuleMissingException::fromError($args[0], $error)
+                ?? new RuntimeException("{$args[0]} failed: $error");
         }
         return $reply;
     }

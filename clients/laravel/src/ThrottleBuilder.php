@@ -4,6 +4,7 @@ declare(strict_types=1);
 
 namespace RedisThrottle\Laravel;
 
+use Illuminate\Contracts\Redis\LimiterTimeoutException;
 use Illuminate\Redis\Connections\Connection;
 use Illuminate\Support\InteractsWithTime;
 use InvalidArgumentException;
@@ -102,7 +103,8 @@ class ThrottleBuilder
      * Runs $callback when the call is admitted (within block() seconds) and
      * returns its result; else returns $failure($exception), or throws
      * ThrottleTimeoutException, a LimiterTimeoutException, when there is no
-     * $failure.
+     * $failure. As in Laravel, a LimiterTimeoutException that $callback
+     * throws goes to $failure too.
      *
      * @throws \Illuminate\Contracts\Redis\LimiterTimeoutException
      */
@@ -111,16 +113,18 @@ class ThrottleBuilder
         if ($this->maxLocks === null || $this->decay === null) {
             throw new InvalidArgumentException("throttleNative('{$this->name}'): call allow() and every() before then()");
         }
-        $this->reply = (new Limiter($this->connection, $this->keyPrefix))->attempt(
-            $this->name, $this->algorithm, $this->maxLocks, $this->decay * 1000, $this->cost, $this->timeout * 1000,
+        $limiter = new DurationLimiter(
+            $this->connection, $this->name, $this->maxLocks, $this->decay, $this->algorithm, $this->cost, $this->keyPrefix,
         );
-        if ($this->reply->allowed) {
-            return $callback();
+        try {
+            return $limiter->block($this->timeout, $callback);
+        } catch (LimiterTimeoutException $e) {
+            if ($failure !== null) {
+                return $failure($e);
+            }
+            throw $e;
+        } finally {
+            $this->reply = $limiter->reply;
         }
-        $e = new ThrottleTimeoutException($this->reply);
-        if ($failure !== null) {
-            return $failure($e);
-        }
-        throw $e;
     }
 }

@@ -17,7 +17,7 @@ use RuntimeException;
 /**
  * Laravel's Redis Cluster connections (phpredis RedisCluster, Predis with
  * `cluster => redis`) on a one-node cluster, which enforces CROSSSLOT like
- * any cluster. One node serves the whole class: a cluster takes ~2 s to start.
+ * any cluster. One node serves the whole run: a cluster takes ~2 s to start.
  */
 final class ClusterTest extends TestCase
 {
@@ -26,11 +26,6 @@ final class ClusterTest extends TestCase
     public static function setUpBeforeClass(): void
     {
         self::$cluster = RedisServer::singleNodeCluster();
-    }
-
-    public static function tearDownAfterClass(): void
-    {
-        self::$cluster->stop();
     }
 
     protected function startServer(): RedisServer
