@@ -86,7 +86,9 @@
 //!   redis-cell writes the same `tat` again (or, on a missing key, `now`).
 //! - Errors carry the `ERR` code before redis-cell's text (redis-cell's
 //!   code is `Cell`); a key of another type gets WRONGTYPE and a non-UTF-8
-//!   argument the parse error, where redis-cell aborts the server.
+//!   argument the parse error, where redis-cell aborts the server. A TOKEN
+//!   key under a ban (THROTTLE.TOKEN's penalties, which redis-cell does
+//!   not have) gets an error too.
 //! - redis-cell v0.3.1 and older rounded the seconds differently (v0.3.0:
 //!   truncated; v0.3.1: plus one whenever the duration is at least 1 ms,
 //!   so 2 s answered 3). This follows v0.4.0 and later.
