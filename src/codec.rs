@@ -7,12 +7,13 @@
 //!
 //! Version 2 dropped the parameters the windows do not need (each call
 //! brings them): FIXED and SLIDING EXACT keep no `limit` or `period`,
-//! SLIDING keeps its `period` only. Version 3 (today) dropped FIXED's and
+//! SLIDING keeps its `period` only. Version 3 dropped FIXED's and
 //! SLIDING's last change (a call before the window's start counts at the
 //! start). Values of versions 1 and 2, which carried them, still load:
 //! what they carried is checked, then left out. The buckets' words are the
-//! same in every version. Version 4 follows a state's words with its ban:
-//! a word 0 for none, or 3 and the ban's end, length and hits. Version 5
+//! same in every version. Version 4 puts a key's ban first: a word 0 and
+//! the state's words, or 3 and the ban's end, length and hits (the state a
+//! ban sets aside is idle, and not written). Version 5
 //! (today) added a second form of the TOKEN type's value, the state
 //! CL.THROTTLE keeps (redis-cell's theoretical arrival time and arguments),
 //! marked by a first word no bucket has.
