@@ -1038,7 +1038,7 @@ mod tests {
             ("THROTTLE.ALL BOGUS a 1 1", ArgError::UnknownOption("BOGUS".into())),
             ("THROTTLE.ALL COST x FIXED a 1 1", ArgError::Cost),
             ("THROTTLE.ALL FIXED a 1 1 COST 2", ArgError::OptionInSpec),
-            // The default value is refused too: the README allows no COST in a spec.
+            // The default value is refused too: docs/commands.md allows no COST in a spec.
             ("THROTTLE.ALL FIXED a 1 1 COST 1", ArgError::OptionInSpec),
             ("THROTTLE.ALL COST 3 TOKEN a 1 1 cost 1", ArgError::OptionInSpec),
             ("THROTTLE.ALL FIXED a 1 1 BLOCK 0", ArgError::OptionInSpec),

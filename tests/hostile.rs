@@ -771,6 +771,10 @@ fn shape_ok(kind: Kind, v: &Value) -> bool {
                     && items.chunks(2).all(|pair| {
                         matches!(&pair[0], Value::Simple(_) | Value::Bulk(Some(_)))
                             && matches!(&pair[1], Value::Int(n) if *n >= -1)
+                            // A CL.THROTTLE key shows redis-cell's arguments
+                            // as given: any 64-bit integer.
+                            || matches!((&pair[0], &pair[1]), (Value::Simple(f), Value::Int(_))
+                                if ["max_burst", "count_per_period", "period"].contains(&f.as_str()))
                             || matches!((&pair[0], &pair[1]), (Value::Simple(f), Value::Bulk(Some(_))) if f == "algorithm")
                             || matches!((&pair[0], &pair[1]), (Value::Bulk(Some(f)), Value::Bulk(Some(_))) if f == b"algorithm")
                             || matches!((&pair[0], &pair[1]), (Value::Simple(f), Value::Array(Some(leases))) if f == "leases"

@@ -354,7 +354,7 @@ fn register(ctx: Ctx, command: &Command) -> bool {
 /// `@fast`, and those that overwrite any key (`THROTTLE._LOAD`,
 /// `THROTTLE._SET`) or run a call at any time it names (`THROTTLE._CALL`)
 /// are `@admin @dangerous`. On 7.0 module commands have no categories:
-/// grant them by name (README).
+/// grant them by name (docs/operations.md, "ACL").
 fn set_acl_categories(ctx: Ctx, name: &CString, flags: &str) -> bool {
     // SAFETY: called from OnLoad with the module's context; the strings
     // outlive the calls.
