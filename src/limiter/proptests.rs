@@ -17,7 +17,7 @@
 //! - `reset_after` is > 0 after an admitted call with cost > 0; a peek
 //!   `reset_after` ms later finds the key idle (`remaining == limit`,
 //!   `reset_after == 0`), and one ms earlier it does not (`reset_after > 0`);
-//! - a peek is always admitted (README, "Peek"); `check` answers what
+//! - a peek is always admitted (docs/commands.md, "Peek"); `check` answers what
 //!   `acquire` does; the state's own invariants hold ([`Algo::well_formed`]),
 //!   the parameters it keeps being the call's after a change.
 //!
@@ -56,7 +56,7 @@ trait Algo: Limiter + Clone + PartialEq + Debug {
     /// the call was admitted with cost > 0 under `p`.
     fn well_formed(&self, p: &Params, just_took: bool) -> Result<(), String>;
 
-    /// The time a call at `at` is judged at (README, "Time"): never before
+    /// The time a call at `at` is judged at (docs/commands.md, "Time"): never before
     /// the last change; for the windows, which keep no last change, never
     /// before the stored window's start.
     fn effective_now(&self, at: u64, last_change: u64) -> u64 {
@@ -265,7 +265,7 @@ fn check_call<A: Algo>(
     }
     // What acquire answers, check answers without the change.
     prop_assert_eq!(before.check(p, cost, now), d, "check disagrees with acquire: {}", ctx);
-    // Zero units always fit (README, "Peek").
+    // Zero units always fit (docs/commands.md, "Peek").
     if cost == 0 {
         prop_assert!(d.allowed, "a peek refused: {}", ctx);
     }

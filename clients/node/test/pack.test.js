@@ -1,7 +1,7 @@
 // The tarball from `npm pack`, installed into a fresh app with the
-// frameworks from the registry: the README's express (ESM) and fastify
-// (CommonJS) examples run there as written, and its types check under
-// `import` and `require`.
+// frameworks from the registry: the package README's express (ESM) and
+// fastify (CommonJS) examples run there as written, and its types check
+// under `import` and `require`.
 import assert from 'node:assert/strict';
 import { execFile as execFileCb, spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -47,16 +47,16 @@ it('the tarball holds the ESM and CommonJS builds with their types, and no sourc
   assert.equal(manifest.dependencies, undefined, 'no runtime dependency');
 });
 
-/** The README's examples: each fenced block after `<!-- node-example: NAME -->`. */
+/** The package README's examples: each fenced block after `<!-- node-example: NAME -->`. */
 function readmeExamples() {
-  const readme = readFileSync(path.join(root, '../../README.md'), 'utf8');
+  const readme = readFileSync(path.join(root, 'README.md'), 'utf8');
   const examples = {};
   for (const m of readme.matchAll(/<!-- node-example: (\S+) -->\n```js\n([\s\S]*?)```/g)) examples[m[1]] = m[2];
   return examples;
 }
 
 for (const [name, keyPrefix] of [['express.mjs', 'throttle:express:'], ['fastify.cjs', 'throttle:fastify:']]) {
-  it(`the README's ${name} runs as written from the tarball: the limit, then 429`, async () => {
+  it(`the package README's ${name} runs as written from the tarball: the limit, then 429`, async () => {
     const source = readmeExamples()[name];
     assert.ok(source, `README.md has the ${name} example`);
     writeFileSync(path.join(app, name), source);
