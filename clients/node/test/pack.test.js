@@ -1,10 +1,13 @@
-// The tarball from `npm pack`, installed into a fresh app with the
-// frameworks from the registry: the README's express (ESM) and fastify
-// (CommonJS) examples run there as written, and its types check under
-// `import` and `require`.
+// The README's way to the package, from a fresh clone of the repository's
+// committed HEAD: the documented `cd clients/node && npm ci && npm pack`,
+// run as written, builds the tarball; `npm install` of it in a fresh app
+// with the frameworks from the registry; the README's express (ESM) and
+// fastify (CommonJS) examples run there as written, and the types check
+// under `import` and `require`. Uncommitted changes are not in the clone:
+// commit before relying on this test.
 import assert from 'node:assert/strict';
 import { execFile as execFileCb, spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -15,22 +18,50 @@ import { freePort, startServer } from './support/redis.js';
 
 const execFile = promisify(execFileCb);
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
-const npm = (args, cwd) => execFile('npm', [...args, '--no-audit', '--no-fund', '--loglevel=error'], { cwd, timeout: 300_000 });
+
+/**
+ * The environment of a user's shell: without what `npm test` adds (npm_*
+ * variables, this package's node_modules/.bin on PATH), so that the
+ * documented commands run in the clone as they would for a user.
+ */
+const userEnv = Object.fromEntries(
+  Object.entries(process.env)
+    .filter(([name]) => !/^npm_/i.test(name) && name !== 'INIT_CWD' && name !== 'NODE_TEST_CONTEXT')
+    .map(([name, value]) => [name, name === 'PATH' ? value.split(path.delimiter).filter((p) => !/node_modules[\\/]\.bin|node-gyp-bin/.test(p)).join(path.delimiter) : value]),
+);
+const run = (file, args, cwd) => execFile(file, args, { cwd, env: userEnv, timeout: 300_000, maxBuffer: 16 << 20 });
+const npm = (args, cwd) => run('npm', [...args, '--no-audit', '--no-fund', '--loglevel=error'], cwd);
+
+/** The documented command: the `npm pack` line of README.md, and the tarball it names. */
+function documented(readme) {
+  const m = /From a checkout: `([^`]*npm pack[^`]*)` builds `([^`]+\.tgz)`/.exec(readme);
+  assert.ok(m, 'README.md says how to build the tarball from a checkout');
+  return { command: m[1], tarball: m[2] };
+}
 
 let server;
 let dir;
+let checkout;
+let pack; // { command, tarball, stdout, stderr } of the documented command in the clone
+let packWithoutCi; // the error of `npm pack` before `npm ci`
 let app;
-let files;
 before(async () => {
   server = await startServer();
   dir = mkdtempSync(path.join(tmpdir(), 'throttle-pack-'));
-  const { stdout } = await npm(['pack', '--json', '--pack-destination', dir], root);
-  const [packed] = JSON.parse(stdout.slice(stdout.indexOf('[')));
-  files = packed.files.map((f) => f.path);
+  const { stdout: top } = await run('git', ['rev-parse', '--show-toplevel'], root);
+  const { stdout: head } = await run('git', ['rev-parse', 'HEAD'], root);
+  checkout = path.join(dir, 'checkout');
+  await run('git', ['clone', '--quiet', '--no-checkout', top.trim(), checkout], dir);
+  await run('git', ['checkout', '--quiet', '--detach', head.trim()], checkout);
+  // npm pack alone, as the README once said: it must fail, saying what to run.
+  packWithoutCi = await npm(['pack'], path.join(checkout, 'clients/node')).then(() => null, (error) => error);
+  pack = documented(readFileSync(path.join(checkout, 'README.md'), 'utf8'));
+  Object.assign(pack, await run('sh', ['-c', pack.command], checkout));
   app = path.join(dir, 'app');
-  await execFile('mkdir', [app]);
+  mkdirSync(app);
   writeFileSync(path.join(app, 'package.json'), JSON.stringify({ name: 'fresh-app', private: true }));
-  await npm(['install', '--prefer-offline', path.join(dir, packed.filename),
+  // The README: `npm install /path/to/redis-throttle-0.1.0.tgz` in the application.
+  await npm(['install', path.join(checkout, 'clients/node', pack.tarball),
     'express@5', 'express-rate-limit@8', 'fastify@5', '@fastify/rate-limit@11', 'redis@6', 'ioredis@6', '@types/node@20'], app);
 });
 after(async () => {
@@ -38,18 +69,35 @@ after(async () => {
   await server?.stop();
 });
 
-it('the tarball holds the ESM and CommonJS builds with their types, and no sources', () => {
-  for (const f of ['package.json', 'README.md', 'dist/esm/index.js', 'dist/esm/index.d.ts', 'dist/cjs/index.js', 'dist/cjs/index.d.ts', 'dist/cjs/package.json']) {
-    assert.ok(files.includes(f), `${f} in ${files.join(', ')}`);
+it('the READMEs give the same command, and npm pack alone says to run npm ci first', () => {
+  const { command, tarball } = pack;
+  assert.equal(command, 'cd clients/node && npm ci && npm pack');
+  const version = JSON.parse(readFileSync(path.join(checkout, 'clients/node/package.json'), 'utf8')).version;
+  assert.equal(tarball, `redis-throttle-${version}.tgz`, 'the README names the tarball of the package version');
+  for (const readme of ['README.zh-CN.md', 'clients/node/README.md']) {
+    const text = readFileSync(path.join(checkout, readme), 'utf8');
+    assert.ok(text.includes(`\`${command}\``), `${readme} gives \`${command}\``);
+    assert.ok(text.includes(tarball), `${readme} names ${tarball}`);
   }
-  assert.deepEqual(files.filter((f) => !f.startsWith('dist/') && f !== 'package.json' && f !== 'README.md'), []);
-  const manifest = JSON.parse(readFileSync(path.join(app, 'node_modules/redis-throttle/package.json'), 'utf8'));
+  assert.ok(packWithoutCi, 'npm pack before npm ci failed');
+  assert.match(packWithoutCi.stderr, /the build needs TypeScript from the devDependencies, which are not installed: run `npm ci` in this directory first/);
+});
+
+it('the tarball holds the ESM and CommonJS builds with their types, and no sources', () => {
+  const packed = path.join(checkout, 'clients/node', pack.tarball);
+  assert.ok(existsSync(packed), `${pack.tarball} built:\n${pack.stdout}${pack.stderr}`);
+  const installed = path.join(app, 'node_modules/redis-throttle');
+  for (const f of ['package.json', 'README.md', 'dist/esm/index.js', 'dist/esm/index.d.ts', 'dist/cjs/index.js', 'dist/cjs/index.d.ts', 'dist/cjs/package.json']) {
+    assert.ok(existsSync(path.join(installed, f)), `${f} in the installed package`);
+  }
+  for (const f of ['src', 'test', 'build.js', 'tsconfig.json', 'node_modules']) assert.ok(!existsSync(path.join(installed, f)), `no ${f} in the package`);
+  const manifest = JSON.parse(readFileSync(path.join(installed, 'package.json'), 'utf8'));
   assert.equal(manifest.dependencies, undefined, 'no runtime dependency');
 });
 
 /** The README's examples: each fenced block after `<!-- node-example: NAME -->`. */
 function readmeExamples() {
-  const readme = readFileSync(path.join(root, '../../README.md'), 'utf8');
+  const readme = readFileSync(path.join(checkout, 'README.md'), 'utf8');
   const examples = {};
   for (const m of readme.matchAll(/<!-- node-example: (\S+) -->\n```js\n([\s\S]*?)```/g)) examples[m[1]] = m[2];
   return examples;
@@ -62,11 +110,15 @@ for (const [name, keyPrefix] of [['express.mjs', 'throttle:express:'], ['fastify
     writeFileSync(path.join(app, name), source);
     const port = await freePort();
     const child = spawn(process.execPath, [name], { cwd: app, env: { ...process.env, REDIS_URL: server.url, PORT: String(port) }, stdio: ['ignore', 'inherit', 'inherit'] });
-    const exited = new Promise((resolve) => child.once('exit', resolve));
+    let exitCode;
+    const exited = new Promise((resolve) => child.once('exit', (code) => resolve((exitCode = code ?? 'signal'))));
     try {
       const url = `http://127.0.0.1:${port}/`;
       // Requests until the first 429: the 200s before it are the limit the app announces.
-      const first = await eventually(() => fetch(url).then(async (r) => (await r.text(), r), () => null), 10_000, `${name} listening`);
+      const first = await eventually(() => {
+        if (exitCode !== undefined) throw new Error(`${name} exited (${exitCode}) before listening`);
+        return fetch(url).then(async (r) => (await r.text(), r), () => null);
+      }, 60_000, `${name} listening`);
       assert.equal(first.status, 200);
       const limit = Number(first.headers.get('x-ratelimit-limit'));
       assert.ok(limit > 0);
@@ -91,7 +143,7 @@ for (const [name, keyPrefix] of [['express.mjs', 'throttle:express:'], ['fastify
   });
 }
 
-it('the types check for import and require', async () => {
+it('the types check for import and require; a wrong client does not compile', async () => {
   writeFileSync(path.join(app, 'types.mts'), `
 import { createClient } from 'redis';
 import { Redis } from 'ioredis';
@@ -115,6 +167,10 @@ const missing: Error = new ThrottleModuleMissingError('THROTTLE.FIXED', new Erro
 throttle.fixed('k', '10', '1s');
 // @ts-expect-error no such algorithm
 new ExpressStore({ client: redis, algorithm: 'gcra' });
+// @ts-expect-error not a client
+new Throttle({});
+// @ts-expect-error rate-limit-redis 5's option, not supported
+new ExpressStore({ client: redis, resetExpiryOnChange: true });
 export { result, info, all, nest, missing };
 `);
   writeFileSync(path.join(app, 'types.cts'), `
@@ -123,7 +179,8 @@ const t = new throttle.Throttle((args: string[], key: string) => Promise.resolve
 const r: Promise<throttle.ThrottleResult> = t.fixed('k', 1, '1s');
 export = r;
 `);
-  const tsc = path.join(root, 'node_modules/typescript/bin/tsc');
+  // The TypeScript the clone's npm ci installed (the package's own).
+  const tsc = path.join(checkout, 'clients/node/node_modules/typescript/bin/tsc');
   const args = ['--noEmit', '--strict', '--module', 'nodenext', '--moduleResolution', 'nodenext', '--target', 'es2022', '--skipLibCheck', 'types.mts', 'types.cts'];
   await execFile(process.execPath, [tsc, ...args], { cwd: app }).catch((error) => assert.fail(`tsc: ${error.stdout}${error.stderr}`));
 });
