@@ -55,6 +55,28 @@ function ping(port) {
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /**
+ * The servers this process started and has not stopped. A test process
+ * stopped before its after() hooks (Ctrl-C, or the test runner cancelling
+ * it) kills them by their handles and removes their directories, so that
+ * no server outlives its tests.
+ */
+const live = new Set();
+function killLive() {
+  for (const server of live) {
+    server.child.kill('SIGKILL');
+    rmSync(server.dir, { recursive: true, force: true });
+  }
+  live.clear();
+}
+process.once('exit', killLive);
+for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP']) {
+  process.once(signal, () => {
+    killLive();
+    process.exit(128 + ({ SIGINT: 2, SIGTERM: 15, SIGHUP: 1 })[signal]);
+  });
+}
+
+/**
  * Starts a redis-server. `module: false` starts one without the module;
  * `args` are further options (`['--cluster-enabled', 'yes']`).
  */
@@ -78,7 +100,8 @@ export async function startServer({ module = true, args = [] } = {}) {
     );
     let exited = false;
     const exit = new Promise((resolve) => child.once('exit', () => resolve((exited = true))));
-    const deadline = Date.now() + 10_000;
+    // A guard against a server that never answers, not a measure of speed.
+    const deadline = Date.now() + 30_000;
     while (!exited && Date.now() < deadline) {
       if (await ping(port)) return new Server(port, dir, child, exit);
       await sleep(20);
@@ -100,6 +123,7 @@ export class Server {
     this.dir = dir;
     this.child = child;
     this.exit = exit;
+    live.add(this);
   }
 
   /** A RESP2 node-redis connection for checks outside the code under test; close it with .close() (v5+) or .quit(). */
@@ -118,6 +142,7 @@ export class Server {
   }
 
   async stop() {
+    live.delete(this);
     try {
       await this.command('SHUTDOWN', 'NOSAVE');
     } catch {
@@ -146,7 +171,7 @@ export async function startCluster(size = 3) {
       await node.command('CLUSTER', 'ADDSLOTSRANGE', i * per, Math.min(16383, (i + 1) * per - 1));
       if (i > 0) await node.command('CLUSTER', 'MEET', '127.0.0.1', nodes[0].port);
     }
-    const deadline = Date.now() + 20_000;
+    const deadline = Date.now() + 60_000; // a guard, not a measure of speed
     for (const node of nodes) {
       for (;;) {
         const info = await node.command('CLUSTER', 'INFO');
