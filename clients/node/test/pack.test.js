@@ -61,7 +61,7 @@ before(async () => {
   mkdirSync(app);
   writeFileSync(path.join(app, 'package.json'), JSON.stringify({ name: 'fresh-app', private: true }));
   // The README: `npm install /path/to/redis-throttle-0.1.0.tgz` in the application.
-  await npm(['install', path.join(checkout, 'clients/node', pack.tarball),
+  await npm(['install', '--prefer-offline', path.join(checkout, 'clients/node', pack.tarball),
     'express@5', 'express-rate-limit@8', 'fastify@5', '@fastify/rate-limit@11', 'redis@6', 'ioredis@6', '@types/node@20'], app);
 });
 after(async () => {

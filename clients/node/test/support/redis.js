@@ -131,14 +131,13 @@ export class Server {
     return createClient({ url: this.url, RESP: 2 }).on('error', () => {}).connect();
   }
 
-  /** One command on a fresh connection: `await server.command('TYPE', 'k')`. */
+  /** One command on the server's own admin connection (opened on first use): `await server.command('TYPE', 'k')`. */
   async command(...args) {
-    const c = await this.admin();
-    try {
-      return await c.sendCommand(args.map(String));
-    } finally {
-      c.destroy();
-    }
+    this.connection ??= this.admin().catch((error) => {
+      this.connection = undefined;
+      throw error;
+    });
+    return (await this.connection).sendCommand(args.map(String));
   }
 
   async stop() {
@@ -148,6 +147,9 @@ export class Server {
     } catch {
       // the connection closes as the server exits
     }
+    // No reconnection to a server that is gone.
+    await this.connection?.then((c) => c.destroy(), () => {});
+    this.connection = undefined;
     const killed = await Promise.race([this.exit.then(() => false), sleep(5000).then(() => true)]);
     if (killed) {
       this.child.kill('SIGKILL');
