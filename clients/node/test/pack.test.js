@@ -48,21 +48,26 @@ let app;
 before(async () => {
   server = await startServer();
   dir = mkdtempSync(path.join(tmpdir(), 'throttle-pack-'));
-  const { stdout: top } = await run('git', ['rev-parse', '--show-toplevel'], root);
-  const { stdout: head } = await run('git', ['rev-parse', 'HEAD'], root);
-  checkout = path.join(dir, 'checkout');
-  await run('git', ['clone', '--quiet', '--no-checkout', top.trim(), checkout], dir);
-  await run('git', ['checkout', '--quiet', '--detach', head.trim()], checkout);
-  // npm pack alone, as the README once said: it must fail, saying what to run.
-  packWithoutCi = await npm(['pack'], path.join(checkout, 'clients/node')).then(() => null, (error) => error);
-  pack = documented(readFileSync(path.join(checkout, 'README.md'), 'utf8'));
-  Object.assign(pack, await run('sh', ['-c', pack.command], checkout));
   app = path.join(dir, 'app');
   mkdirSync(app);
   writeFileSync(path.join(app, 'package.json'), JSON.stringify({ name: 'fresh-app', private: true }));
-  // The README: `npm install /path/to/redis-throttle-0.1.0.tgz` in the application.
-  await npm(['install', '--prefer-offline', path.join(checkout, 'clients/node', pack.tarball),
+  // The application and its frameworks, from the registry, while the clone builds the tarball.
+  const frameworks = npm(['install', '--prefer-offline',
     'express@5', 'express-rate-limit@8', 'fastify@5', '@fastify/rate-limit@11', 'redis@6', 'ioredis@6', '@types/node@20'], app);
+  const built = (async () => {
+    const { stdout: top } = await run('git', ['rev-parse', '--show-toplevel'], root);
+    const { stdout: head } = await run('git', ['rev-parse', 'HEAD'], root);
+    checkout = path.join(dir, 'checkout');
+    await run('git', ['clone', '--quiet', '--no-checkout', top.trim(), checkout], dir);
+    await run('git', ['checkout', '--quiet', '--detach', head.trim()], checkout);
+    // npm pack alone, as the README once said: it must fail, saying what to run.
+    packWithoutCi = await npm(['pack'], path.join(checkout, 'clients/node')).then(() => null, (error) => error);
+    pack = documented(readFileSync(path.join(checkout, 'README.md'), 'utf8'));
+    Object.assign(pack, await run('sh', ['-c', pack.command], checkout));
+  })();
+  await Promise.all([frameworks, built]);
+  // The README: `npm install /path/to/redis-throttle-0.1.0.tgz` in the application.
+  await npm(['install', '--prefer-offline', path.join(checkout, 'clients/node', pack.tarball)], app);
 });
 after(async () => {
   if (dir) rmSync(dir, { recursive: true, force: true });
