@@ -65,7 +65,8 @@ before(async () => {
     pack = documented(readFileSync(path.join(checkout, 'README.md'), 'utf8'));
     Object.assign(pack, await run('sh', ['-c', pack.command], checkout));
   })();
-  await Promise.all([frameworks, built]);
+  // Both end before either's failure is reported, so that after() removes a directory nothing still writes to.
+  for (const outcome of await Promise.allSettled([frameworks, built])) if (outcome.status === 'rejected') throw outcome.reason;
   // The README: `npm install /path/to/redis-throttle-0.1.0.tgz` in the application.
   await npm(['install', '--prefer-offline', path.join(checkout, 'clients/node', pack.tarball)], app);
 });
