@@ -40,7 +40,6 @@ const seconds = (ms: number) => Math.ceil(Math.max(ms, 0) / 1000);
 export class NestStorage {
   readonly #throttle: Throttle;
   readonly #algorithm: Algorithm;
-
   readonly #clock: (() => number | bigint) | undefined;
 
   constructor(client: RedisClientLike, options: NestStorageOptions = {}) {
