@@ -266,6 +266,13 @@ export function senderFor(client: RedisClientLike | Send): { send: Send; keyPref
     };
     return { send, keyPrefix };
   }
+  if (typeof c.sendCommand === 'function' && typeof c.getSentinelNode === 'function') {
+    // node-redis's sentinel client takes sendCommand(isReadonly, args): not a client this package drives.
+    throw new TypeError(
+      'redis-throttle: a node-redis sentinel (createSentinel) is not supported: pass a function that sends through it, ' +
+        '(args) => sentinel.sendCommand(false, args), or an ioredis client with its sentinels option',
+    );
+  }
   if (typeof c.sendCommand === 'function') {
     // node-redis: a cluster routes by the first key it is given.
     if (typeof c.getSlotMaster === 'function') return { send: (args, key) => c.sendCommand(key, false, args), keyPrefix: '' };

@@ -2,6 +2,7 @@
 // real server with the module; time driven by AT, so every value is exact.
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
+import { createSentinel } from 'redis';
 import { Throttle, ThrottleModuleMissingError } from 'redis-throttle';
 import { close, singleClients } from './clients.js';
 import { eventually } from './support/http.js';
@@ -122,6 +123,9 @@ describe('arguments', () => {
     assert.throws(() => new Throttle({}), /expected a node-redis client or cluster .* got an object without sendCommand or call \(keys: none\)/);
     assert.throws(() => new Throttle(null), /expected a node-redis client or cluster .* got null/);
     assert.throws(() => new Throttle('redis://127.0.0.1:6379'), /expected a node-redis client or cluster .* got string/);
+    // node-redis's sentinel has a sendCommand(isReadonly, args) of its own: refused, with the way round it
+    const sentinel = createSentinel({ name: 'mymaster', sentinelRootNodes: [{ host: '127.0.0.1', port: 1 }] });
+    assert.throws(() => new Throttle(sentinel), /a node-redis sentinel \(createSentinel\) is not supported: pass a function that sends through it/);
   });
 
   it('refuses an option the call or the client does not take, by name, before sending anything', async () => {
