@@ -1,6 +1,6 @@
 # make run   build the module, start redis-server with it, show it working
 # make test  install what is missing, build, run every test on every server
-.PHONY: all deps build run demo test unit integration lint fmt clippy clean servers
+.PHONY: all deps build run demo test unit integration lint fmt clippy clean servers check-links
 
 CARGO   ?= cargo
 MODULE  := target/release/libredis_throttle.so
@@ -53,6 +53,7 @@ servers:
 # binaries themselves build in the faster debug profile. The unit tests run
 # once; every integration test runs on each server.
 test: build servers lint
+	@$(MAKE) --no-print-directory check-links
 	$(CARGO) test --all-targets
 	THROTTLE_REDIS_SERVER=$(REDIS_8) $(CARGO) test --test '*'
 	THROTTLE_REDIS_SERVER=$(VALKEY_8) $(CARGO) test --test '*'
@@ -81,6 +82,13 @@ fmt:
 
 clippy:
 	$(CARGO) clippy --all-targets -- -D warnings
+
+# make check-links: every relative link and #anchor in the tracked Markdown
+# files resolves (scripts/check_links.py, after its self-test on links
+# planted broken); make test runs it after lint.
+check-links:
+	@python3 scripts/check_links.py --self-test
+	@python3 scripts/check_links.py
 
 clean:
 	$(CARGO) clean
@@ -144,22 +152,29 @@ valgrind-short: build
 	@VALGRIND_TESTS="smoke commands persistence" scripts/valgrind.sh
 
 # make test-laravel  the Laravel package (clients/laravel/): composer validate, then its
-# PHPUnit suite against the freshly built module, on Debian's Laravel 8.83.
-# Installs the Debian packages it needs when missing (as root).
+# PHPUnit suite against the freshly built module, on Debian's Laravel 8.83,
+# once on each server of THROTTLE_SERVERS (THROTTLE_REDIS_SERVER names it to
+# the suite). Installs the Debian packages it needs when missing (as root).
 .PHONY: test-laravel
 PHP_APT_PACKAGES := php-cli php-redis php-laravel-framework phpunit php-nrk-predis composer
 
-test-laravel: build
+test-laravel: build servers
 	$(call apt_install,$(PHP_APT_PACKAGES))
 	cd clients/laravel && HOME="$${HOME:-/tmp}" COMPOSER_ALLOW_SUPERUSER=1 composer validate --strict --no-check-publish --no-check-lock
-	cd clients/laravel && THROTTLE_MODULE=$(abspath $(BUILT_SO)) phpunit
+	@cd clients/laravel && for server in $(THROTTLE_SERVERS); do \
+	  echo "== phpunit on $$server"; \
+	  THROTTLE_REDIS_SERVER=$$server THROTTLE_MODULE=$(abspath $(BUILT_SO)) phpunit || exit 1; \
+	done
 
 # make test-python  the Python package (clients/python/): its pytest suite and limits'
 # own storage tests, in a virtualenv under the build directory with the
 # libraries from PyPI (clients/python/tests/requirements.txt), against the freshly
-# built module on a three-node cluster and single servers.
+# built module on a three-node cluster and single servers (TCP, TLS, unix
+# socket), on each server in THROTTLE_SERVERS. The TLS tests make their
+# certificates with the openssl tool.
 .PHONY: test-python
-test-python: build
+test-python: build servers
+	$(call apt_install,openssl)
 	THROTTLE_MODULE=$(abspath $(BUILT_SO)) clients/python/tests/run.sh
 
 # make test-node  the npm package (clients/node/): npm ci (package-lock.json pins the

@@ -6,7 +6,10 @@
 use std::borrow::Cow;
 use std::collections::HashSet;
 
-use crate::limiter::{ParamError, Params, MAX_LIMIT, MAX_TIME_US};
+use crate::limiter::{
+    valid_lease_us, Effect, Escalation, LeaseParamError, LeaseParams, ParamError, Params, Rules, Token, MAX_HOLDERS,
+    MAX_LIMIT, MAX_PERIOD_US, MAX_TIME_US, MIN_PERIOD_US,
+};
 
 /// The four algorithms, as the command names choose them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,6 +47,10 @@ pub struct Call {
     pub exact: bool,
     /// `BLOCK ms`: wait up to this long (0: no limit) for admission.
     pub block_ms: Option<u64>,
+    /// `BAN`, `RENEW`, `BACKOFF`, `TALLY`, `FORCE`, `NOW`: the penalties.
+    pub rules: Rules,
+    /// `DETAIL`: the reply adds `hits`, `banned` and `next_free`.
+    pub detail: bool,
     /// `TTLFROMUS µs` (or, from earlier versions, `TTLFROM ms`), internal
     /// to the propagated form: the master's clock when it ran the call, so
     /// a replica or an AOF replay sets the key's expiry to the master's
@@ -97,6 +104,22 @@ pub enum ArgError {
     TtlFromUs,
     InternalOption,
     PackedCall,
+    FloorWithExact,
+    Ban,
+    Backoff,
+    Tally,
+    NeedsBan(&'static str),
+    RenewAndBackoff,
+    /// `limit` of THROTTLE.ACQUIRE.
+    Holders,
+    /// `lease` of THROTTLE.ACQUIRE and THROTTLE.RENEW.
+    Lease,
+    /// A token (`ID token`, or RELEASE's and RENEW's `token`), named.
+    Token(&'static str),
+    /// A rate-limit option given to a lease command.
+    NotForLease(&'static str, &'static str),
+    /// A bad `THROTTLE._LEASE` change.
+    LeaseEffect,
 }
 
 impl ArgError {
@@ -138,8 +161,40 @@ impl ArgError {
                 "ERR options TTLFROM and TTLFROMUS are only for replication and AOF replay".into()
             }
             ArgError::PackedCall => "ERR invalid call: expected a packed THROTTLE call".into(),
-            ArgError::OptionInSpec => "ERR THROTTLE.ALL takes COST and AT before its specs, and no BLOCK".into(),
+            ArgError::Ban => "ERR invalid BAN: expected a period, a positive integer with an optional \
+                unit ms, s, m, h or d, from 1ms to 3650d"
+                .into(),
+            ArgError::Backoff => "ERR invalid BACKOFF: expected the longest ban, a period from the BAN \
+                length to 3650d"
+                .into(),
+            ArgError::Tally => "ERR invalid TALLY: expected the most units to count, an integer from 1 to \
+                1000000000000000"
+                .into(),
+            ArgError::NeedsBan(option) => format!("ERR option {option} needs BAN").into(),
+            ArgError::RenewAndBackoff => "ERR options RENEW and BACKOFF exclude each other".into(),
+            ArgError::FloorWithExact => {
+                "ERR option FLOOR rounds the sliding counter's estimate: EXACT keeps a log and has none".into()
+            }
+            ArgError::OptionInSpec => {
+                "ERR THROTTLE.ALL takes COST and AT before its specs (DETAIL too), and no BLOCK, FORCE or NOW".into()
+            }
             ArgError::RepeatedKey => "ERR THROTTLE.ALL names the same key more than once".into(),
+            ArgError::Holders => "ERR invalid limit: expected the most holders, an integer from 1 to 100000".into(),
+            ArgError::Lease => "ERR invalid lease: expected a period, a positive integer with an optional unit \
+                ms, s, m, h or d (bare numbers are seconds), from 1ms to 3650d"
+                .into(),
+            ArgError::Token(what) => format!("ERR invalid {what}: expected a token of 1 to 64 bytes").into(),
+            ArgError::NotForLease(option, command) => format!("ERR option {option} is not valid for {command}").into(),
+            ArgError::LeaseEffect => "ERR invalid lease change: expected a packed THROTTLE lease change".into(),
+        }
+    }
+}
+
+impl From<LeaseParamError> for ArgError {
+    fn from(e: LeaseParamError) -> Self {
+        match e {
+            LeaseParamError::Limit => ArgError::Holders,
+            LeaseParamError::Lease => ArgError::Lease,
         }
     }
 }
@@ -176,7 +231,10 @@ fn parse_call_options<'a>(
     let mut at_us = None;
     let mut burst = None;
     let mut exact = false;
+    let mut floor_previous = false;
     let mut block_ms = None;
+    let (mut ban_us, mut backoff_us, mut tally_cap) = (None, None, None);
+    let mut flags = [("RENEW", false), ("FORCE", false), ("NOW", false), ("DETAIL", false)];
     let mut ttl_from = None;
     while let Some(token) = args.next() {
         if token.eq_ignore_ascii_case(b"COST") {
@@ -204,25 +262,97 @@ fn parse_call_options<'a>(
                 return Err(ArgError::Repeated("EXACT"));
             }
             exact = true;
+        } else if token.eq_ignore_ascii_case(b"BAN") {
+            let value = option_value(&mut args, "BAN", ban_us.is_some())?;
+            ban_us = Some(parse_length_us(value).ok_or(ArgError::Ban)?);
+        } else if token.eq_ignore_ascii_case(b"BACKOFF") {
+            let value = option_value(&mut args, "BACKOFF", backoff_us.is_some())?;
+            backoff_us = Some(parse_length_us(value).ok_or(ArgError::Backoff)?);
+        } else if token.eq_ignore_ascii_case(b"TALLY") {
+            let value = option_value(&mut args, "TALLY", tally_cap.is_some())?;
+            tally_cap = Some(parse_u64(value).filter(|cap| (1..=MAX_LIMIT).contains(cap)).ok_or(ArgError::Tally)?);
+        } else if let Some((name, flag)) =
+            flags.iter_mut().find(|(name, _)| token.eq_ignore_ascii_case(name.as_bytes()))
+        {
+            if *flag {
+                return Err(ArgError::Repeated(name));
+            }
+            *flag = true;
+        } else if token.eq_ignore_ascii_case(b"FLOOR") {
+            if algorithm != Algorithm::Sliding {
+                return Err(ArgError::NotForCommand("FLOOR", algorithm));
+            }
+            if floor_previous {
+                return Err(ArgError::Repeated("FLOOR"));
+            }
+            floor_previous = true;
         } else {
             return Err(ArgError::UnknownOption(printable(token)));
         }
     }
+    if exact && floor_previous {
+        return Err(ArgError::FloorWithExact);
+    }
     let params = Params::new(limit, period_us, burst)?;
-    let timed = cost.is_some() || at_us.is_some() || block_ms.is_some() || ttl_from.is_some();
-    Ok((Call { params, cost: cost.unwrap_or(1), at_us, exact, block_ms, ttl_from }, timed))
+    let params = if floor_previous { params.with_floor_previous() } else { params };
+    let [(_, renew), (_, force), (_, ban_now), (_, detail)] = flags;
+    let rules = penalty_rules(ban_us, renew, backoff_us, tally_cap, force, ban_now)?;
+    let timed =
+        cost.is_some() || at_us.is_some() || block_ms.is_some() || ttl_from.is_some() || force || ban_now || detail;
+    Ok((Call { params, cost: cost.unwrap_or(1), at_us, exact, block_ms, ttl_from, rules, detail }, timed))
 }
 
-/// Parses `THROTTLE.ALL [COST n] [AT µs] spec [spec ...]`, `args` being
-/// the whole argument list (command name first). Each spec is
-/// `FIXED|SLIDING|TOKEN|LEAKY key limit period [BURST b] [EXACT]`.
+/// The penalty options, checked together: `RENEW`, `BACKOFF` and `NOW`
+/// shape a ban, so they need `BAN`; a ban renews or escalates, not both;
+/// the longest ban is no shorter than the first.
+fn penalty_rules(
+    ban_us: Option<u64>,
+    renew: bool,
+    backoff_us: Option<u64>,
+    tally_cap: Option<u64>,
+    force: bool,
+    ban_now: bool,
+) -> Result<Rules, ArgError> {
+    for (given, name) in [(renew, "RENEW"), (backoff_us.is_some(), "BACKOFF"), (ban_now, "NOW")] {
+        if given && ban_us.is_none() {
+            return Err(ArgError::NeedsBan(name));
+        }
+    }
+    let escalation = match (renew, backoff_us) {
+        (true, Some(_)) => return Err(ArgError::RenewAndBackoff),
+        (true, None) => Escalation::Renew,
+        (false, Some(max_us)) if ban_us.is_some_and(|ban| max_us >= ban) => Escalation::Backoff { max_us },
+        (false, Some(_)) => return Err(ArgError::Backoff),
+        (false, None) => Escalation::Plain,
+    };
+    Ok(Rules { ban_us, escalation, tally_cap, force, ban_now })
+}
+
+/// A ban's length: a period, from 1 ms to 3650 days.
+fn parse_length_us(value: &[u8]) -> Option<u64> {
+    parse_period_us(value).filter(|us| (MIN_PERIOD_US..=MAX_PERIOD_US).contains(us) && us.is_multiple_of(1_000))
+}
+
+/// Parses `THROTTLE.ALL [COST n] [AT µs] [DETAIL] spec [spec ...]`, `args`
+/// being the whole argument list (command name first). Each spec is
+/// `FIXED|SLIDING|TOKEN|LEAKY key limit period` and its own options
+/// (`BURST`, `EXACT`, `FLOOR`, `BAN`, `RENEW`, `BACKOFF`, `TALLY`).
 pub fn parse_all(args: &[&[u8]]) -> Result<Vec<Spec>, ArgError> {
     let mut cost = None;
     let mut at_us = None;
     let mut ttl_from = None;
+    let mut detail = false;
     let mut i = 1;
     while let Some(token) = args.get(i) {
         let mut rest = args.get(i + 1..).unwrap_or_default().iter().copied();
+        if token.eq_ignore_ascii_case(b"DETAIL") {
+            if detail {
+                return Err(ArgError::Repeated("DETAIL"));
+            }
+            detail = true;
+            i += 1;
+            continue;
+        }
         if token.eq_ignore_ascii_case(b"COST") {
             let value = option_value(&mut rest, "COST", cost.is_some())?;
             cost = Some(parse_i64(value).ok_or(ArgError::Cost).and_then(checked_cost)?);
@@ -260,7 +390,7 @@ pub fn parse_all(args: &[&[u8]]) -> Result<Vec<Spec>, ArgError> {
         specs.push(Spec {
             algorithm,
             key_index: i + 1,
-            call: Call { cost: cost.unwrap_or(1), at_us, ttl_from, ..call },
+            call: Call { cost: cost.unwrap_or(1), at_us, ttl_from, detail, ..call },
         });
         i = end;
     }
@@ -407,15 +537,162 @@ pub fn parse_period_us(bytes: &[u8]) -> Option<u64> {
     parse_u64(number)?.checked_mul(*unit_us)
 }
 
+/// `THROTTLE.ACQUIRE key limit lease [ID token] [BLOCK ms] [AT µs]`, after
+/// the key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Acquire {
+    pub params: LeaseParams,
+    /// `ID`: the caller's token; without it the master makes one.
+    pub token: Option<Token>,
+    pub block_ms: Option<u64>,
+    pub at_us: Option<u64>,
+}
+
+/// `THROTTLE.RELEASE key token [AT µs]` (`lease_us: None`) or
+/// `THROTTLE.RENEW key token lease [AT µs]`, after the key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Holder {
+    pub token: Token,
+    pub lease_us: Option<u64>,
+    pub at_us: Option<u64>,
+}
+
+/// The rate-limit options, refused by name on the lease commands.
+const RATE_OPTIONS: [&str; 12] =
+    ["COST", "BURST", "EXACT", "FLOOR", "BAN", "RENEW", "BACKOFF", "TALLY", "FORCE", "NOW", "DETAIL", "TTLFROMUS"];
+
+/// The error for an option the lease command `command` does not take.
+fn not_for_lease(token: &[u8], command: &'static str) -> ArgError {
+    match RATE_OPTIONS.iter().find(|name| token.eq_ignore_ascii_case(name.as_bytes())) {
+        Some(name) => ArgError::NotForLease(name, command),
+        None => ArgError::UnknownOption(printable(token)),
+    }
+}
+
+fn parse_lease_us(value: &[u8]) -> Result<u64, ArgError> {
+    parse_period_us(value).filter(|&us| valid_lease_us(us)).ok_or(ArgError::Lease)
+}
+
+/// Parses `limit lease [ID token] [BLOCK ms] [AT µs]`.
+pub fn parse_acquire<'a>(mut args: impl Iterator<Item = &'a [u8]>) -> Result<Acquire, ArgError> {
+    let limit = args.next().ok_or(ArgError::WrongArity)?;
+    let lease = args.next().ok_or(ArgError::WrongArity)?;
+    let limit = parse_u64(limit).filter(|n| (1..=MAX_HOLDERS).contains(n)).ok_or(ArgError::Holders)?;
+    let lease_us = parse_lease_us(lease)?;
+    let (mut token, mut block_ms, mut at_us) = (None, None, None);
+    while let Some(word) = args.next() {
+        if word.eq_ignore_ascii_case(b"ID") {
+            let value = option_value(&mut args, "ID", token.is_some())?;
+            token = Some(Token::new(value).ok_or(ArgError::Token("ID"))?);
+        } else if word.eq_ignore_ascii_case(b"BLOCK") {
+            let value = option_value(&mut args, "BLOCK", block_ms.is_some())?;
+            block_ms = Some(parse_u64(value).filter(|&ms| ms <= MAX_BLOCK_MS).ok_or(ArgError::Block)?);
+        } else if word.eq_ignore_ascii_case(b"AT") {
+            let value = option_value(&mut args, "AT", at_us.is_some())?;
+            at_us = Some(parse_at(value)?);
+        } else {
+            return Err(not_for_lease(word, "THROTTLE.ACQUIRE"));
+        }
+    }
+    Ok(Acquire { params: LeaseParams::new(limit, lease_us)?, token, block_ms, at_us })
+}
+
+/// Parses `token [AT µs]` (RELEASE) or `token lease [AT µs]` (RENEW).
+pub fn parse_holder<'a>(renew: bool, mut args: impl Iterator<Item = &'a [u8]>) -> Result<Holder, ArgError> {
+    let command = if renew { "THROTTLE.RENEW" } else { "THROTTLE.RELEASE" };
+    let token = args.next().ok_or(ArgError::WrongArity)?;
+    let token = Token::new(token).ok_or(ArgError::Token("token"))?;
+    let lease_us = if renew { Some(parse_lease_us(args.next().ok_or(ArgError::WrongArity)?)?) } else { None };
+    let mut at_us = None;
+    while let Some(word) = args.next() {
+        if word.eq_ignore_ascii_case(b"AT") {
+            let value = option_value(&mut args, "AT", at_us.is_some())?;
+            at_us = Some(parse_at(value)?);
+        } else if word.eq_ignore_ascii_case(b"BLOCK") || word.eq_ignore_ascii_case(b"ID") {
+            let name = if word.eq_ignore_ascii_case(b"ID") { "ID" } else { "BLOCK" };
+            return Err(ArgError::NotForLease(name, command));
+        } else {
+            return Err(not_for_lease(word, command));
+        }
+    }
+    Ok(Holder { token, lease_us, at_us })
+}
+
+/// A change to a key's leases as replicas and the AOF receive it
+/// (`THROTTLE._LEASE key <change>`): the [`Effect`] and the master's clock
+/// (the key's expiry counts from it), in binary.
+pub struct PackedEffect {
+    bytes: [u8; PackedEffect::CAPACITY],
+    len: usize,
+}
+
+impl PackedEffect {
+    const VERSION: u8 = 1;
+    /// Version, `p` (put) or `r` (remove), then the change's time, the
+    /// limit, the lease's end (0 for a removal) and the master's clock,
+    /// each a little-endian word, then the token's bytes.
+    const HEAD: usize = 2 + 8 * 4;
+    const CAPACITY: usize = PackedEffect::HEAD + crate::limiter::MAX_TOKEN_LEN;
+
+    pub fn new(effect: &Effect, clock_us: u64) -> PackedEffect {
+        let mut bytes = [0; PackedEffect::CAPACITY];
+        bytes[0] = PackedEffect::VERSION;
+        bytes[1] = if effect.until_us.is_some() { b'p' } else { b'r' };
+        let words = [effect.at_us, effect.limit, effect.until_us.unwrap_or(0), clock_us];
+        for (slot, word) in bytes[2..PackedEffect::HEAD].chunks_exact_mut(8).zip(words) {
+            slot.copy_from_slice(&word.to_le_bytes());
+        }
+        let token = effect.token.as_bytes();
+        let len = PackedEffect::HEAD + token.len();
+        if let Some(slot) = bytes.get_mut(PackedEffect::HEAD..len) {
+            slot.copy_from_slice(token);
+        }
+        PackedEffect { bytes, len }
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        self.bytes.get(..self.len).unwrap_or_default()
+    }
+
+    /// The change and the master's clock, every field in its bounds: a
+    /// hand-made argument is refused.
+    pub fn unpack(bytes: &[u8]) -> Result<(Effect, u64), ArgError> {
+        let bad = || ArgError::LeaseEffect;
+        let (head, token) = bytes.split_at_checked(PackedEffect::HEAD).ok_or_else(bad)?;
+        let [version, op, words @ ..] = head else { return Err(bad()) };
+        if *version != PackedEffect::VERSION {
+            return Err(bad());
+        }
+        let mut word = words.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()));
+        let mut next = || word.next().ok_or_else(bad);
+        let (at_us, limit, until_us, clock_us) = (next()?, next()?, next()?, next()?);
+        let token = Token::new(token).ok_or_else(bad)?;
+        if at_us > MAX_TIME_US || clock_us > MAX_TIME_US || !(1..=MAX_HOLDERS).contains(&limit) {
+            return Err(bad());
+        }
+        let until_us = match op {
+            b'p' if until_us > at_us && until_us - at_us <= MAX_PERIOD_US => Some(until_us),
+            b'r' if until_us == 0 => None,
+            _ => return Err(bad()),
+        };
+        Ok((Effect { at_us, limit, token, until_us }, clock_us))
+    }
+}
+
 /// A call as replicas and the AOF receive it (`THROTTLE._CALL key <call>`):
 /// the algorithm and every value the call ran with, its time and the
 /// master's clock included, in binary. One argument instead of a dozen
 /// words: replicating it costs Redis one string instead of one per word.
 pub struct PackedCall {
-    bytes: [u8; PackedCall::LEN],
+    bytes: [u8; PackedCall::LEN_RULES],
+    len: usize,
 }
 
 impl PackedCall {
+    /// With penalties: version 2's words, then the ban's length (0: no
+    /// BAN), the longest ban (0: no BACKOFF), the tally's cap (0: no
+    /// TALLY) and the flags RENEW, FORCE and NOW.
+    const VERSION_RULES: u8 = 3;
     /// The master's clock in µs ([`TtlFrom::Us`]).
     const VERSION: u8 = 2;
     /// The master's clock in ms ([`TtlFrom::Ms`]), as earlier versions
@@ -424,10 +701,15 @@ impl PackedCall {
     /// Version, algorithm, then limit, period (µs), burst, cost, time (µs)
     /// and the master's clock, each a little-endian word.
     const LEN: usize = 2 + 8 * 6;
+    const LEN_RULES: usize = PackedCall::LEN + 8 * 4;
+    const RENEW: u64 = 1;
+    const FORCE: u64 = 2;
+    const NOW: u64 = 4;
 
     pub fn new(algorithm: Algorithm, call: &Call, now_us: u64, ttl_from: TtlFrom) -> PackedCall {
-        let mut bytes = [0; PackedCall::LEN];
+        let mut bytes = [0; PackedCall::LEN_RULES];
         let (version, clock) = match ttl_from {
+            TtlFrom::Us(us) if !call.rules.is_none() => (PackedCall::VERSION_RULES, us),
             TtlFrom::Us(us) => (PackedCall::VERSION, us),
             TtlFrom::Ms(ms) => (PackedCall::VERSION_MS, ms),
         };
@@ -440,15 +722,40 @@ impl PackedCall {
             (Algorithm::Leaky, _) => b'l',
         };
         let p = &call.params;
-        let words = [p.limit(), p.period_us(), p.burst(), call.cost as u64, now_us, clock];
+        let r = &call.rules;
+        let backoff_us = match r.escalation {
+            Escalation::Backoff { max_us } => max_us,
+            _ => 0,
+        };
+        let flags = [
+            (r.escalation == Escalation::Renew, PackedCall::RENEW),
+            (r.force, PackedCall::FORCE),
+            (r.ban_now, PackedCall::NOW),
+        ]
+        .iter()
+        .filter(|(set, _)| *set)
+        .fold(0, |flags, (_, bit)| flags | bit);
+        let words = [
+            p.limit(),
+            p.period_us(),
+            p.burst(),
+            call.cost as u64,
+            now_us,
+            clock,
+            r.ban_us.unwrap_or(0),
+            backoff_us,
+            r.tally_cap.unwrap_or(0),
+            flags,
+        ];
         for (slot, word) in bytes[2..].chunks_exact_mut(8).zip(words) {
             slot.copy_from_slice(&word.to_le_bytes());
         }
-        PackedCall { bytes }
+        let len = if version == PackedCall::VERSION_RULES { PackedCall::LEN_RULES } else { PackedCall::LEN };
+        PackedCall { bytes, len }
     }
 
     pub fn bytes(&self) -> &[u8] {
-        &self.bytes
+        self.bytes.get(..self.len).unwrap_or_default()
     }
 
     /// The algorithm and the call, validated as the command's own words
@@ -456,12 +763,13 @@ impl PackedCall {
     pub fn unpack(bytes: &[u8]) -> Result<(Algorithm, Call), ArgError> {
         let bad = || ArgError::PackedCall;
         let [version, kind, words @ ..] = bytes else { return Err(bad()) };
-        let clock_in = match *version {
-            PackedCall::VERSION => TtlFrom::Us,
-            PackedCall::VERSION_MS => TtlFrom::Ms,
+        let (clock_in, len): (fn(u64) -> TtlFrom, usize) = match *version {
+            PackedCall::VERSION_RULES => (TtlFrom::Us, PackedCall::LEN_RULES),
+            PackedCall::VERSION => (TtlFrom::Us, PackedCall::LEN),
+            PackedCall::VERSION_MS => (TtlFrom::Ms, PackedCall::LEN),
             _ => return Err(bad()),
         };
-        if words.len() != 8 * 6 {
+        if words.len() + 2 != len {
             return Err(bad());
         }
         let (algorithm, exact) = match kind {
@@ -481,7 +789,40 @@ impl PackedCall {
             return Err(bad());
         }
         let (cost, at_us, ttl_from) = (checked_cost(cost)?, checked_at(at_us)?, checked_ttl_from(clock_in(clock))?);
-        let call = Call { params, cost, at_us: Some(at_us), exact, block_ms: None, ttl_from: Some(ttl_from) };
+        let rules = if *version == PackedCall::VERSION_RULES {
+            let (ban_us, backoff_us, tally_cap, flags) = (next()?, next()?, next()?, next()?);
+            if flags & !(PackedCall::RENEW | PackedCall::FORCE | PackedCall::NOW) != 0 {
+                return Err(bad());
+            }
+            let length = |us: u64| (MIN_PERIOD_US..=MAX_PERIOD_US).contains(&us) && us.is_multiple_of(1_000);
+            let given = |w: u64| (w != 0).then_some(w);
+            if given(ban_us).is_some_and(|us| !length(us)) || given(backoff_us).is_some_and(|us| !length(us)) {
+                return Err(bad());
+            }
+            if tally_cap > MAX_LIMIT {
+                return Err(bad());
+            }
+            penalty_rules(
+                given(ban_us),
+                flags & PackedCall::RENEW != 0,
+                given(backoff_us),
+                given(tally_cap),
+                flags & PackedCall::FORCE != 0,
+                flags & PackedCall::NOW != 0,
+            )?
+        } else {
+            Rules::default()
+        };
+        let call = Call {
+            params,
+            cost,
+            at_us: Some(at_us),
+            exact,
+            block_ms: None,
+            ttl_from: Some(ttl_from),
+            rules,
+            detail: false,
+        };
         Ok((algorithm, call))
     }
 }
@@ -536,7 +877,10 @@ mod tests {
         let c = parse(Algorithm::Token, "10 1m cost 3 AT 5 burst 20").unwrap();
         assert_eq!((c.params.limit(), c.params.period_us(), c.params.burst()), (10, 60_000_000, 20));
         assert_eq!((c.cost, c.at_us, c.exact), (3, Some(5), false));
+        let c = parse(Algorithm::Sliding, "20 1 floor").unwrap();
+        assert!(c.params.floor_previous() && !c.exact);
         let c = parse(Algorithm::Sliding, "20 1 EXACT").unwrap();
+        assert!(!c.params.floor_previous());
         assert_eq!((c.cost, c.at_us, c.exact, c.params.burst()), (1, None, true, 20));
         let c = parse(Algorithm::Fixed, "20 1 COST -5 block 0").unwrap();
         assert_eq!((c.cost, c.block_ms), (-5, Some(0)));
@@ -573,6 +917,10 @@ mod tests {
             (Algorithm::Fixed, "1 1 BURST 5", ArgError::NotForCommand("BURST", Algorithm::Fixed)),
             (Algorithm::Token, "1 1 EXACT", ArgError::NotForCommand("EXACT", Algorithm::Token)),
             (Algorithm::Sliding, "1 1 EXACT exact", ArgError::Repeated("EXACT")),
+            (Algorithm::Sliding, "1 1 FLOOR floor", ArgError::Repeated("FLOOR")),
+            (Algorithm::Sliding, "1 1 FLOOR EXACT", ArgError::FloorWithExact),
+            (Algorithm::Fixed, "1 1 FLOOR", ArgError::NotForCommand("FLOOR", Algorithm::Fixed)),
+            (Algorithm::Token, "1 1 FLOOR", ArgError::NotForCommand("FLOOR", Algorithm::Token)),
             (Algorithm::Token, "1 1 BURST 0", ArgError::Burst),
             (Algorithm::Token, "1 3650d BURST 2", ArgError::BurstTooSlow),
             (Algorithm::Leaky, "1 1 NOPE", ArgError::UnknownOption("NOPE".into())),
@@ -583,6 +931,81 @@ mod tests {
             assert!(want.message().starts_with("ERR "));
         }
         assert_eq!(printable(b"a\x00\xff"), "a\\x00\\xff");
+    }
+
+    #[test]
+    fn lease_commands() {
+        let words = |line: &'static str| line.split(' ').filter(|w| !w.is_empty()).map(str::as_bytes);
+        let a = parse_acquire(words("3 30s id job-1 BLOCK 500 at 7")).unwrap();
+        assert_eq!((a.params.limit(), a.params.lease_us(), a.block_ms, a.at_us), (3, 30_000_000, Some(500), Some(7)));
+        assert_eq!(a.token.map(|t| t.as_bytes().to_vec()), Some(b"job-1".to_vec()));
+        assert_eq!(parse_acquire(words("1 1ms")).unwrap().token, None);
+        let bad: &[(&str, ArgError)] = &[
+            ("0 1s", ArgError::Holders),
+            ("100001 1s", ArgError::Holders),
+            ("x 1s", ArgError::Holders),
+            ("1 0", ArgError::Lease),
+            ("1 3651d", ArgError::Lease),
+            ("1 1.5s", ArgError::Lease),
+            ("1", ArgError::WrongArity),
+            ("1 1s ID", ArgError::MissingValue("ID")),
+            ("1 1s ID a ID b", ArgError::Repeated("ID")),
+            ("1 1s BLOCK -1", ArgError::Block),
+            ("1 1s AT 10000000000000001", ArgError::At),
+            ("1 1s COST 2", ArgError::NotForLease("COST", "THROTTLE.ACQUIRE")),
+            ("1 1s detail", ArgError::NotForLease("DETAIL", "THROTTLE.ACQUIRE")),
+            ("1 1s NOPE", ArgError::UnknownOption("NOPE".into())),
+        ];
+        for (line, want) in bad {
+            assert_eq!(parse_acquire(words(line)).as_ref(), Err(want), "{line}");
+            assert!(want.message().starts_with("ERR "), "{line}");
+        }
+        let long = "x".repeat(65);
+        let args = [&b"1"[..], b"1s", b"ID", long.as_bytes()];
+        assert_eq!(parse_acquire(args.into_iter()), Err(ArgError::Token("ID")));
+        assert_eq!(ArgError::Token("ID").message(), "ERR invalid ID: expected a token of 1 to 64 bytes");
+        let h = parse_holder(true, words("tok 5s AT 9")).unwrap();
+        assert_eq!((h.token.as_bytes(), h.lease_us, h.at_us), (&b"tok"[..], Some(5_000_000), Some(9)));
+        let h = parse_holder(false, words("tok")).unwrap();
+        assert_eq!((h.lease_us, h.at_us), (None, None));
+        assert_eq!(parse_holder(true, words("tok")), Err(ArgError::WrongArity));
+        assert_eq!(parse_holder(false, words("tok 5s")), Err(ArgError::UnknownOption("5s".into())));
+        assert_eq!(parse_holder(false, words("tok BLOCK 1")), Err(ArgError::NotForLease("BLOCK", "THROTTLE.RELEASE")));
+        assert_eq!(parse_holder(true, words("tok 0")), Err(ArgError::Lease));
+        assert_eq!(parse_holder(false, [&b""[..]].into_iter()), Err(ArgError::Token("token")));
+    }
+
+    #[test]
+    fn a_packed_lease_change_unpacks_to_the_same_and_refuses_anything_else() {
+        let token = Token::new(b"job").unwrap();
+        let put = Effect { at_us: MAX_TIME_US, limit: MAX_HOLDERS, token, until_us: Some(MAX_TIME_US + MAX_PERIOD_US) };
+        let remove = Effect { at_us: 5, limit: 1, token, until_us: None };
+        for effect in [put, remove] {
+            assert_eq!(PackedEffect::unpack(PackedEffect::new(&effect, 9).bytes()), Ok((effect, 9)));
+        }
+        let good = PackedEffect::new(&put, 9).bytes().to_vec();
+        let with = |at: usize, bytes: &[u8]| {
+            let mut b = good.clone();
+            b[at..at + bytes.len()].copy_from_slice(bytes);
+            b
+        };
+        let bad: &[Vec<u8>] = &[
+            vec![],
+            good[..PackedEffect::HEAD].to_vec(),
+            [&good[..], &[b'x'; 62]].concat(),
+            with(0, &[2]),
+            with(1, b"x"),
+            with(1, b"r"),
+            with(2, &(MAX_TIME_US + 1).to_le_bytes()),
+            with(10, &0u64.to_le_bytes()),
+            with(10, &(MAX_HOLDERS + 1).to_le_bytes()),
+            with(18, &MAX_TIME_US.to_le_bytes()),
+            with(18, &(MAX_TIME_US + MAX_PERIOD_US + 1).to_le_bytes()),
+            with(26, &(MAX_TIME_US + 1).to_le_bytes()),
+        ];
+        for bytes in bad {
+            assert_eq!(PackedEffect::unpack(bytes).map(|_| ()), Err(ArgError::LeaseEffect), "{bytes:?}");
+        }
     }
 
     #[test]
@@ -615,7 +1038,7 @@ mod tests {
             ("THROTTLE.ALL BOGUS a 1 1", ArgError::UnknownOption("BOGUS".into())),
             ("THROTTLE.ALL COST x FIXED a 1 1", ArgError::Cost),
             ("THROTTLE.ALL FIXED a 1 1 COST 2", ArgError::OptionInSpec),
-            // The default value is refused too: the README allows no COST in a spec.
+            // The default value is refused too: docs/commands.md allows no COST in a spec.
             ("THROTTLE.ALL FIXED a 1 1 COST 1", ArgError::OptionInSpec),
             ("THROTTLE.ALL COST 3 TOKEN a 1 1 cost 1", ArgError::OptionInSpec),
             ("THROTTLE.ALL FIXED a 1 1 BLOCK 0", ArgError::OptionInSpec),

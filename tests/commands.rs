@@ -205,6 +205,41 @@ fn sliding_counter_weighs_the_previous_window() {
     );
 }
 
+/// `FLOOR` counts the previous window's share rounded down, as the Python
+/// library limits does: a client keeping exactly to "1 per second" at the
+/// same phase is always admitted (the exact estimate refuses every other
+/// call). THROTTLE.ALL takes it in a spec too.
+#[test]
+fn sliding_floor_rounds_the_previous_window_down() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let every_second = |c: &mut redis::Connection, line: &str| -> Vec<i64> {
+        (0..6).map(|i| throttle(c, &format!("{line} AT {}", T0 + 100 * MS + i * S)).0).collect()
+    };
+    assert_eq!(every_second(&mut c, "THROTTLE.SLIDING exact 1 1s"), [1, 0, 1, 0, 1, 0]);
+    assert_eq!(every_second(&mut c, "THROTTLE.SLIDING floor 1 1s FLOOR"), [1, 1, 1, 1, 1, 1]);
+    run_script(
+        &mut c,
+        "THROTTLE.SLIDING f 10 10s",
+        " FLOOR",
+        &[
+            (9 * S, 10, (1, 10, 0, 0, 11_000)),
+            // At 12.5 s the previous window weighs 7.5: 7 under FLOOR.
+            (12_500 * MS, 0, (1, 10, 3, 0, 7_500)),
+            (12_500 * MS, 3, (1, 10, 0, 0, 17_500)),
+            // One more once floor(10 * (10 - e)/10) <= 6: just after 13 s.
+            (12_500 * MS, 1, (0, 10, 0, 501, 17_500)),
+            (13 * S, 1, (0, 10, 0, 1, 17_000)),
+            (13 * S + 1, 1, (1, 10, 0, 0, 17_000)),
+        ],
+    );
+    let all: Vec<redis::Value> =
+        common::command(&format!("THROTTLE.ALL AT {} SLIDING g 1 1s FLOOR", T0 + 1_100 * MS)).query(&mut c).unwrap();
+    assert_eq!(all.first(), Some(&redis::Value::Int(1)));
+    assert!(error(&mut c, "THROTTLE.SLIDING f 10 10s FLOOR EXACT").contains("FLOOR"));
+    assert!(error(&mut c, "THROTTLE.FIXED f 10 10s FLOOR").contains("FLOOR"));
+}
+
 #[test]
 fn sliding_exact_units_leave_one_period_after_admission() {
     let server = Server::start();

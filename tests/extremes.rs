@@ -1,6 +1,6 @@
 //! Extreme parameters against a live server: limit, BURST and COST at
 //! 10^15, periods of 3650 days and 1 ms, AT at 0 and at 10^16 and going
-//! backwards. Every reply is the exact one the README's arithmetic gives
+//! backwards. Every reply is the exact one the arithmetic of docs/commands.md gives
 //! (no overflow, no saturation); one past each bound is the documented
 //! error and creates nothing; the extreme states survive DEBUG RELOAD.
 

@@ -105,7 +105,7 @@ fn calls_that_would_create_keys_get_the_oom_error_and_reads_answer() {
 /// Under maxmemory the THROTTLE commands answer Redis's OOM error even for
 /// a peek: COMMANDS.md has them flagged `deny-oom`, and Redis refuses such
 /// a command before the module sees it. THROTTLE.INFO (read-only) is the
-/// way to read a limiter then, as the README says; this pins both halves.
+/// way to read a limiter then, as docs/operations.md says; this pins both halves.
 #[test]
 fn peeks_get_the_oom_error_and_throttle_info_reads_instead() {
     let (_server, mut c) = full_server();

@@ -59,7 +59,7 @@ async function main() {
   const p = 'example:node:';
   await redis.del([`${p}carol`, `rl:${p}client`]);
 
-  // The README's token bucket: 10 a second, bursts of 20.
+  // The token bucket of docs/commands.md: 10 a second, bursts of 20.
   const token = (at, cost = 1) => redis
     .sendCommand(['THROTTLE.TOKEN', `${p}carol`, '10', '1s', 'BURST', '20', 'COST', String(cost), 'AT', String(at)])
     .then(plain);

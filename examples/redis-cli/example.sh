@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The throttle module from plain redis-cli: every algorithm once, a peek, a
 # refund, an error, and redis-cell's CL.THROTTLE when the module has it.
-# Each reply is compared with the one the README documents; time is driven
+# Each reply is compared with the one docs/commands.md documents; time is driven
 # with AT so the numbers are exact. Exits 1 on the first mismatch.
 #
 #   REDIS_PORT=6399 examples/redis-cli/example.sh      (after `make run`)

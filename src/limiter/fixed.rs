@@ -1,4 +1,4 @@
-use super::{until_idle, Decision, Limiter, Params, NEVER};
+use super::{until_idle, Decision, Limiter, Params, MAX_LIMIT, NEVER};
 
 /// Fixed window counter with Laravel's DurationLimiter semantics: a window
 /// of one `period` opens at the first admitted call when none is open, and
@@ -51,6 +51,20 @@ impl Limiter for FixedWindow {
             reset_after_ms,
             reset_after_us,
         }
+    }
+
+    fn force(&mut self, params: &Params, units: u64, now_us: u64) {
+        let now = now_us.max(self.window_start_us);
+        let (start, used) = self.open_window(params.period_us(), now).unwrap_or((now, 0));
+        let count = used.saturating_add(units).min(MAX_LIMIT);
+        if count > 0 {
+            *self = FixedWindow { window_start_us: start, count };
+        }
+    }
+
+    fn used(&self, params: &Params, now_us: u64) -> u64 {
+        let now = now_us.max(self.window_start_us);
+        self.open_window(params.period_us(), now).map_or(0, |(_, used)| used)
     }
 
     fn refund(&mut self, params: &Params, units: u64, now_us: u64) -> Decision {

@@ -9,14 +9,21 @@
 mod bucket;
 pub mod cell;
 mod fixed;
+mod lease;
 mod pack;
+mod penalty;
 #[cfg(test)]
 mod proptests;
 mod sliding;
 mod sliding_log;
 
-pub use bucket::{Bucket, LeakyBucket, TokenBucket};
+pub use bucket::{Bucket, LeakyBucket, TokenBucket, TokenForm};
 pub use fixed::FixedWindow;
+pub use lease::{
+    valid_lease_us, Effect, Lease, LeaseOutcome, LeaseParamError, LeaseParams, Leases, Token, LATEST_END_US,
+    MAX_HOLDERS, MAX_TOKEN_LEN,
+};
+pub use penalty::{Ban, Detail, Escalation, Penalized, Rules};
 pub(crate) use sliding::Counts;
 pub use sliding::SlidingWindow;
 pub(crate) use sliding_log::Entry;
@@ -42,6 +49,10 @@ pub struct Params {
     limit: u64,
     period_us: u64,
     burst: u64,
+    /// SLIDING only: the previous window's weighted count is rounded down
+    /// before it is compared (`FLOOR`, as the Python library limits
+    /// counts), instead of compared exactly.
+    floor_previous: bool,
 }
 
 /// Why a set of parameters is refused.
@@ -69,7 +80,7 @@ impl Params {
         if !(1..=MAX_LIMIT).contains(&burst) {
             return Err(ParamError::Burst);
         }
-        let params = Params { limit, period_us, burst };
+        let params = Params { limit, period_us, burst, floor_previous: false };
         if params.full_bucket_us() > u128::from(MAX_PERIOD_US) {
             return Err(ParamError::BurstTooSlow);
         }
@@ -86,6 +97,16 @@ impl Params {
 
     pub fn burst(&self) -> u64 {
         self.burst
+    }
+
+    /// The same quota, with SLIDING's previous window counted in whole
+    /// units rounded down (`FLOOR`).
+    pub fn with_floor_previous(self) -> Params {
+        Params { floor_previous: true, ..self }
+    }
+
+    pub fn floor_previous(&self) -> bool {
+        self.floor_previous
     }
 
     /// Microseconds a bucket takes to refill (or drain) completely.
@@ -128,6 +149,16 @@ pub trait Limiter: Default + Clone {
     /// past it. Always admitted; a reply with `reset_after_ms == 0` means
     /// the key is idle and can be deleted.
     fn refund(&mut self, params: &Params, units: u64, now_us: u64) -> Decision;
+
+    /// Takes `units` at `now_us` whether or not they fit (`FORCE`, and
+    /// refused units that count): the windows' counts may pass the limit,
+    /// up to [`MAX_LIMIT`]; a bucket holds at most its burst, so what does
+    /// not fit in it is not kept.
+    fn force(&mut self, params: &Params, units: u64, now_us: u64);
+
+    /// The units the key counts against its limit at `now_us` (rounded up
+    /// where the state is fractional), beyond the limit included.
+    fn used(&self, params: &Params, now_us: u64) -> u64;
 }
 
 pub(crate) fn ceil_div(numerator: u128, denominator: u128) -> u128 {
@@ -211,7 +242,7 @@ mod tests {
     }
 
     /// What each key's state costs is what the server allocates for it
-    /// (README, "Performance"): a word more moves a key into the next size
+    /// (docs/performance.md): a word more moves a key into the next size
     /// class.
     #[test]
     fn states_stay_packed() {

@@ -17,7 +17,7 @@
 //! - `reset_after` is > 0 after an admitted call with cost > 0; a peek
 //!   `reset_after` ms later finds the key idle (`remaining == limit`,
 //!   `reset_after == 0`), and one ms earlier it does not (`reset_after > 0`);
-//! - a peek is always admitted (README, "Peek"); `check` answers what
+//! - a peek is always admitted (docs/commands.md, "Peek"); `check` answers what
 //!   `acquire` does; the state's own invariants hold ([`Algo::well_formed`]),
 //!   the parameters it keeps being the call's after a change.
 //!
@@ -56,7 +56,7 @@ trait Algo: Limiter + Clone + PartialEq + Debug {
     /// the call was admitted with cost > 0 under `p`.
     fn well_formed(&self, p: &Params, just_took: bool) -> Result<(), String>;
 
-    /// The time a call at `at` is judged at (README, "Time"): never before
+    /// The time a call at `at` is judged at (docs/commands.md, "Time"): never before
     /// the last change; for the windows, which keep no last change, never
     /// before the stored window's start.
     fn effective_now(&self, at: u64, last_change: u64) -> u64 {
@@ -102,6 +102,43 @@ impl Algo for SlidingWindow {
 
     fn effective_now(&self, at: u64, _last_change: u64) -> u64 {
         at.max(self.counts().window_start_us)
+    }
+}
+
+/// SLIDING under `FLOOR`: the same state, every call's previous window
+/// counted in whole units rounded down.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct SlidingFloor(SlidingWindow);
+
+impl Limiter for SlidingFloor {
+    fn acquire(&mut self, params: &Params, cost: u64, now_us: u64) -> Decision {
+        self.0.acquire(&params.with_floor_previous(), cost, now_us)
+    }
+
+    fn refund(&mut self, params: &Params, units: u64, now_us: u64) -> Decision {
+        self.0.refund(&params.with_floor_previous(), units, now_us)
+    }
+
+    fn force(&mut self, params: &Params, units: u64, now_us: u64) {
+        self.0.force(&params.with_floor_previous(), units, now_us)
+    }
+
+    fn used(&self, params: &Params, now_us: u64) -> u64 {
+        self.0.used(&params.with_floor_previous(), now_us)
+    }
+}
+
+impl Algo for SlidingFloor {
+    const NAME: &'static str = "SLIDING FLOOR";
+    const BUCKET: bool = false;
+    const LEAKY: bool = false;
+
+    fn well_formed(&self, p: &Params, just_took: bool) -> Result<(), String> {
+        self.0.well_formed(p, just_took)
+    }
+
+    fn effective_now(&self, at: u64, last_change: u64) -> u64 {
+        self.0.effective_now(at, last_change)
     }
 }
 
@@ -228,7 +265,7 @@ fn check_call<A: Algo>(
     }
     // What acquire answers, check answers without the change.
     prop_assert_eq!(before.check(p, cost, now), d, "check disagrees with acquire: {}", ctx);
-    // Zero units always fit (README, "Peek").
+    // Zero units always fit (docs/commands.md, "Peek").
     if cost == 0 {
         prop_assert!(d.allowed, "a peek refused: {}", ctx);
     }
@@ -488,6 +525,16 @@ fn log_model(p: &Params, events: &[Event]) -> Result<(), TestCaseError> {
 /// SLIDING: windows aligned on the epoch; a call is admitted when
 /// `previous * (period - elapsed) / period + current + cost <= limit`.
 fn sliding_model(p: &Params, events: &[Event]) -> Result<(), TestCaseError> {
+    sliding_model_rounding(p, events, false)
+}
+
+/// SLIDING under `FLOOR`: admitted when
+/// `floor(previous * (period - elapsed) / period) + current + cost <= limit`.
+fn sliding_floor_model(p: &Params, events: &[Event]) -> Result<(), TestCaseError> {
+    sliding_model_rounding(p, events, true)
+}
+
+fn sliding_model_rounding(p: &Params, events: &[Event], floor_previous: bool) -> Result<(), TestCaseError> {
     let (limit, period) = (p.limit(), p.period_us());
     let (l, pp) = (u128::from(limit), u128::from(period));
     let window_units = |events: &[Event], w: u64| -> u128 {
@@ -498,7 +545,9 @@ fn sliding_model(p: &Params, events: &[Event]) -> Result<(), TestCaseError> {
         let elapsed = u128::from(e.now % period);
         let previous = if w == 0 { 0 } else { window_units(&events[..i], w - 1) };
         let current = window_units(&events[..i], w);
-        let weighted = |current: u128| previous * (pp - elapsed) + current * pp;
+        let share = previous * (pp - elapsed);
+        let share = if floor_previous { share / pp * pp } else { share };
+        let weighted = |current: u128| share + current * pp;
         let allowed = e.cost == 0 || weighted(current + u128::from(e.cost)) <= l * pp;
         let current_after = if allowed { current + u128::from(e.cost) } else { current };
         let reset_us = if current_after > 0 {
@@ -516,12 +565,12 @@ fn sliding_model(p: &Params, events: &[Event]) -> Result<(), TestCaseError> {
         prop_assert!(current_after <= l, "SLIDING: more than limit in one aligned window at step {}", i);
     }
     // In any (t - period, t]: at most limit plus the previous aligned
-    // window's count weighted by how far t is into its own window (and so
-    // never more than 2 * limit).
+    // window's count weighted by how far t is into its own window, plus
+    // one unit rounded away under FLOOR (and so never more than 2 * limit).
     for e in events.iter().filter(|e| e.admitted() > 0) {
         let w = e.now / period;
         let previous = if w == 0 { 0 } else { window_units(events, w - 1) };
-        let bound = l + previous * u128::from(e.now % period) / pp;
+        let bound = l + previous * u128::from(e.now % period) / pp + u128::from(floor_previous && previous > 0);
         let rolling = admitted_between(events, (e.now + 1).saturating_sub(period), e.now);
         prop_assert!(rolling <= bound, "SLIDING: {} units in the period to {} (bound {})", rolling, e.now, bound);
         prop_assert!(rolling <= 2 * l, "SLIDING: {} units in one period", rolling);
@@ -756,6 +805,7 @@ macro_rules! algorithm_properties {
 
 algorithm_properties!(fixed, FixedWindow, fixed_model);
 algorithm_properties!(sliding, SlidingWindow, sliding_model);
+algorithm_properties!(sliding_floor, SlidingFloor, sliding_floor_model);
 algorithm_properties!(sliding_exact, SlidingLog, log_model);
 algorithm_properties!(token, TokenBucket, token_model);
 algorithm_properties!(leaky, LeakyBucket, leaky_model);
@@ -832,5 +882,120 @@ proptest! {
     #[test]
     fn leaky_has_no_drift((p, start, ticks) in drift_case()) {
         greedy_has_no_drift::<LeakyBucket>(&p, start, &ticks)?;
+    }
+}
+
+// ---------------------------------------------------------------------------
+// 8. Penalties: a ban never admits, an escalating ban never passes its cap,
+// counts never overflow, a call that says it changed nothing changed
+// nothing, and every state reached stores and loads back.
+
+mod penalties {
+    use super::*;
+    use crate::codec::{Codec, ENCODING_VERSION};
+    use crate::limiter::{Escalation, Penalized, Rules};
+
+    /// The longest ban any rule below asks for, in each scale.
+    const SMALL_MAX_US: u64 = 4 * 1_000_000;
+
+    fn rules(pick: u8, extreme: bool) -> Rules {
+        let (short, long) = if extreme { (MAX_PERIOD_US / 2, MAX_PERIOD_US) } else { (500 * MS, SMALL_MAX_US) };
+        let cap = if extreme { MAX_LIMIT } else { 30 };
+        let ban = |escalation| Rules { ban_us: Some(short), escalation, ..Rules::default() };
+        match pick % 9 {
+            0 | 1 => Rules::default(),
+            2 => ban(Escalation::Plain),
+            3 => ban(Escalation::Renew),
+            4 => ban(Escalation::Backoff { max_us: long }),
+            5 => Rules { tally_cap: Some(cap), ..Rules::default() },
+            6 => Rules { force: true, ..Rules::default() },
+            7 => Rules { ban_now: true, ..ban(Escalation::Plain) },
+            _ => Rules { tally_cap: Some(cap), ..ban(Escalation::Backoff { max_us: long }) },
+        }
+    }
+
+    fn calls(extreme: bool) -> impl Strategy<Value = Vec<(i64, i64, u8)>> {
+        let (dt, cost) = if extreme {
+            (-(MAX_PERIOD_US as i64)..=MAX_PERIOD_US as i64, -(MAX_LIMIT as i64)..=MAX_LIMIT as i64)
+        } else {
+            (-200_000i64..=1_500_000, -3i64..=8)
+        };
+        vec((prop_oneof![Just(0i64), dt], cost, any::<u8>()), 1..=120)
+    }
+
+    fn drive<A: Algo + Codec>(
+        p: &Params,
+        start: u64,
+        calls: &[(i64, i64, u8)],
+        extreme: bool,
+    ) -> Result<(), TestCaseError> {
+        let longest = if extreme { MAX_PERIOD_US } else { SMALL_MAX_US };
+        let mut state = Penalized::<A>::default();
+        let mut at = start;
+        for (i, &(dt, cost, pick)) in calls.iter().enumerate() {
+            at = at.saturating_add_signed(dt).min(MAX_TIME_US);
+            let r = rules(pick, extreme);
+            let before = state.clone();
+            let banned_before = before.ban().filter(|b| at.max(b.until_us - b.length_us) < b.until_us).is_some();
+            let (d, changed) = state.call(p, cost, &r, at);
+            let ctx = format!("{} step {i} at {at}: cost {cost} {r:?} -> {d:?}", A::NAME);
+            prop_assert!(!(banned_before && cost >= 0 && d.allowed), "a ban admitted: {}", ctx);
+            prop_assert!(changed || state == before, "changed nothing, yet the state moved: {}", ctx);
+            prop_assert!(d.remaining <= d.limit, "{}", ctx);
+            if let Some(ban) = state.ban() {
+                prop_assert!(ban.length_us <= longest, "a ban of {} µs: {}", ban.length_us, ctx);
+                // Time never runs back past the ban's start.
+                let left = ban.until_us.saturating_sub(at.max(ban.until_us - ban.length_us));
+                prop_assert!(left <= longest, "a ban to {}: {}", ban.until_us, ctx);
+                prop_assert!(ban.hits <= MAX_LIMIT, "{}", ctx);
+                let over = state.check(p, 0, ban.until_us);
+                prop_assert!(over.allowed && over.remaining == d.limit, "not idle when the ban ends: {}", ctx);
+            }
+            let detail = state.detail(p, at);
+            prop_assert!(detail.hits <= MAX_LIMIT, "{}", ctx);
+            if state == Penalized::default() {
+                continue; // an idle key is deleted, never stored
+            }
+            let mut words = Vec::new();
+            state.encode(&mut |w| words.push(w));
+            let loaded = Penalized::<A>::decode(ENCODING_VERSION, &mut words.into_iter());
+            prop_assert_eq!(loaded.as_ref(), Ok(&state), "{}", ctx);
+        }
+        Ok(())
+    }
+
+    macro_rules! penalty_properties {
+        ($name:ident, $algo:ty) => {
+            proptest! {
+                #![proptest_config(config())]
+
+                #[test]
+                fn $name(params in small_params(), start in small_start(), calls in calls(false)) {
+                    let p = pool::<$algo>(&[params])[0];
+                    drive::<$algo>(&p, start, &calls, false)?;
+                }
+            }
+        };
+    }
+
+    penalty_properties!(fixed, FixedWindow);
+    penalty_properties!(sliding, SlidingWindow);
+    penalty_properties!(sliding_exact, SlidingLog);
+    penalty_properties!(token, TokenBucket);
+    penalty_properties!(leaky, LeakyBucket);
+
+    proptest! {
+        #![proptest_config(config())]
+
+        /// At the bounds: bans of half the longest period doubling to the
+        /// longest, costs up to the largest, time to its end.
+        #[test]
+        fn extremes(params in extreme_params(), start in extreme_start(), calls in calls(true)) {
+            drive::<FixedWindow>(&pool::<FixedWindow>(&[params])[0], start, &calls, true)?;
+            drive::<SlidingWindow>(&pool::<SlidingWindow>(&[params])[0], start, &calls, true)?;
+            drive::<SlidingLog>(&pool::<SlidingLog>(&[params])[0], start, &calls, true)?;
+            drive::<TokenBucket>(&pool::<TokenBucket>(&[params])[0], start, &calls, true)?;
+            drive::<LeakyBucket>(&pool::<LeakyBucket>(&[params])[0], start, &calls, true)?;
+        }
     }
 }

@@ -1,5 +1,5 @@
 use super::pack::{Packer, Unpacker};
-use super::{until_idle, Decision, Limiter, Params, NEVER};
+use super::{until_idle, Decision, Limiter, Params, MAX_LIMIT, NEVER};
 
 /// Sliding window counter: windows of one `period` aligned on the Unix
 /// epoch; the previous window's count is weighted by its overlap with the
@@ -77,6 +77,20 @@ impl Limiter for SlidingWindow {
         *self = SlidingWindow::pack(&counts);
         decision
     }
+
+    fn force(&mut self, params: &Params, units: u64, now_us: u64) {
+        let mut counts = self.counts();
+        counts.force(params, units, now_us);
+        *self = SlidingWindow::pack(&counts);
+    }
+
+    fn used(&self, params: &Params, now_us: u64) -> u64 {
+        let counts = self.counts();
+        let period = params.period_us();
+        let mut view = counts.view(period, now_us.max(counts.window_start_us));
+        view.floor_previous = params.floor_previous();
+        super::ceil_div(view.weighted(period), u128::from(period)) as u64
+    }
 }
 
 /// The counts as seen from one instant.
@@ -86,6 +100,8 @@ struct View {
     current: u64,
     /// Microseconds since `window_start`, in `[0, period)`.
     elapsed: u64,
+    /// The previous window weighs in whole units, rounded down (`FLOOR`).
+    floor_previous: bool,
 }
 
 impl Counts {
@@ -105,7 +121,7 @@ impl Counts {
         } else {
             (0, 0)
         };
-        View { window_start, previous, current, elapsed }
+        View { window_start, previous, current, elapsed, floor_previous: false }
     }
 
     /// The units counted against the limit at `now` (the weighted estimate,
@@ -149,8 +165,24 @@ impl View {
         }
     }
 
+    /// The estimate scaled by `period`: exact, or with the previous
+    /// window's share rounded down to whole units (`FLOOR`).
     fn weighted(&self, period: u64) -> u128 {
-        u128::from(self.previous) * u128::from(period - self.elapsed) + u128::from(self.current) * u128::from(period)
+        let p = u128::from(period);
+        let previous = u128::from(self.previous) * u128::from(period - self.elapsed);
+        let previous = if self.floor_previous { previous / p * p } else { previous };
+        previous + u128::from(self.current) * p
+    }
+
+    /// The largest scaled share `weight * (period - e)` the previous
+    /// window may have for `room` whole units to be left: `room * period`
+    /// exactly, or under `FLOOR` anything whose floor is at most `room`.
+    fn share_for(&self, room: u64, period: u128) -> u128 {
+        if self.floor_previous {
+            (u128::from(room) + 1) * period - 1
+        } else {
+            u128::from(room) * period
+        }
     }
 
     /// Microseconds from now until a call of `cost` fits, for a call that
@@ -161,13 +193,13 @@ impl View {
         if self.current + cost <= limit {
             // Fits later in this window once `previous` weighs little enough:
             // previous * (period - e) <= (limit - current - cost) * period.
-            let room = u128::from(limit - self.current - cost) * p;
+            let room = self.share_for(limit - self.current - cost, p);
             let earliest = p - (room / u128::from(self.previous)).min(p);
             earliest - u128::from(self.elapsed)
         } else {
             // In the next window `current` becomes the previous count:
             // current * (period - e) <= (limit - cost) * period.
-            let room = u128::from(limit - cost) * p;
+            let room = self.share_for(limit - cost, p);
             let earliest = p - (room / u128::from(self.current)).min(p);
             (p - u128::from(self.elapsed)) + earliest
         }
@@ -181,6 +213,7 @@ impl Counts {
         let period = params.period_us();
         let p = u128::from(period);
         let mut view = self.view(period, now);
+        view.floor_previous = params.floor_previous();
         let capacity = u128::from(limit) * p;
         let weighted = view.weighted(period);
         // Zero units always fit: a peek is admitted even while a lowered
@@ -220,11 +253,23 @@ impl Counts {
         decision
     }
 
+    /// Adds `units` to the current window, whatever the limit says.
+    fn force(&mut self, params: &Params, units: u64, now_us: u64) {
+        let now = now_us.max(self.window_start_us);
+        let period = params.period_us();
+        let view = self.view(period, now);
+        let current = view.current.saturating_add(units).min(MAX_LIMIT);
+        if current > 0 || view.previous > 0 {
+            *self = Counts { window_start_us: view.window_start, previous: view.previous, current, period_us: period };
+        }
+    }
+
     /// Takes units from the current window first, then the previous one.
     pub(crate) fn refund(&mut self, params: &Params, units: u64, now_us: u64) -> Decision {
         let now = now_us.max(self.window_start_us);
         let period = params.period_us();
         let mut view = self.view(period, now);
+        view.floor_previous = params.floor_previous();
         let from_current = units.min(view.current);
         view.current -= from_current;
         view.previous -= (units - from_current).min(view.previous);
@@ -334,6 +379,38 @@ mod tests {
         let longest = Counts { period_us: crate::limiter::MAX_PERIOD_US, ..Counts::default() };
         assert_eq!(SlidingWindow::pack(&longest).counts(), longest);
         assert_eq!(SlidingWindow::pack(&Counts::default()), SlidingWindow::default());
+    }
+
+    /// `FLOOR` counts the previous window as limits does: its weighted
+    /// share rounded down. One call a second at the same phase under
+    /// "1 per second" is then always admitted (the exact estimate refuses
+    /// every other one: 1 * 0.9 + 1 > 1).
+    #[test]
+    fn floor_previous_admits_a_client_that_keeps_to_the_rate() {
+        let exact = params(1, S);
+        let floor = exact.with_floor_previous();
+        let (mut a, mut b) = (SlidingWindow::default(), SlidingWindow::default());
+        let admitted = |state: &mut SlidingWindow, p: &Params| {
+            (0..10).filter(|i| state.acquire(p, 1, 100_000 + i * S).allowed).count()
+        };
+        assert_eq!(admitted(&mut a, &exact), 5);
+        assert_eq!(admitted(&mut b, &floor), 10);
+        // 10 late in [0, 10 s); at 12 s the previous share is 8 either way;
+        // at 12.5 s it is 7.5: 7 under FLOOR (3 left), 8 rounded up exactly.
+        let p = params(10, 10 * S).with_floor_previous();
+        let mut state = SlidingWindow::default();
+        state.acquire(&p, 10, 9 * S);
+        assert_eq!(state.acquire(&p, 0, 12 * S).remaining, 2);
+        assert_eq!(state.acquire(&p, 0, 12_500_000).remaining, 3);
+        assert_eq!(state.acquire(&params(10, 10 * S), 0, 12_500_000).remaining, 2);
+        // Full at 12.5 s under FLOOR after 3 more: 7 + 3 = 10. One more fits
+        // once floor(10 * (10 - e) / 10) <= 6, that is 10 - e < 7: e > 3 s,
+        // the first µs after 13 s.
+        assert!(state.acquire(&p, 3, 12_500_000).allowed);
+        let d = state.acquire(&p, 1, 12_500_000);
+        assert_eq!((d.allowed, d.retry_after_ms), (false, 501));
+        assert!(!state.acquire(&p, 1, 13 * S).allowed);
+        assert!(state.acquire(&p, 1, 13 * S + 1).allowed);
     }
 
     #[test]

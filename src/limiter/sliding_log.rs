@@ -1,6 +1,6 @@
 use std::collections::VecDeque;
 
-use super::{until_idle, Decision, Limiter, Params, NEVER};
+use super::{until_idle, Decision, Limiter, Params, MAX_LIMIT, NEVER};
 
 /// Sliding log: the exact admitted units of the last `period`. In every
 /// interval of one `period`, at most `limit` units are admitted.
@@ -297,6 +297,33 @@ impl Limiter for SlidingLog {
             reset_after_ms,
             reset_after_us,
         }
+    }
+
+    /// Logs `units` at `now` whatever the limit says. The log keeps at most
+    /// `limit` entries even so (each entry holds a unit or more): once it
+    /// holds `limit` units, more join the newest entry, which moves to
+    /// `now` (its units then leave the window later than they would:
+    /// stricter, never laxer).
+    fn force(&mut self, params: &Params, units: u64, now_us: u64) {
+        let now = now_us.max(self.updated_at_us);
+        self.drop_expired(params.period_us(), now);
+        let units = units.min(MAX_LIMIT - self.used.min(MAX_LIMIT));
+        if units == 0 {
+            return;
+        }
+        if self.used >= params.limit() {
+            if let Some(newest) = self.pop_newest() {
+                self.push_entry(Entry { at_us: now, units: newest.units + units });
+            }
+        } else {
+            self.push(now, units);
+        }
+        self.updated_at_us = now;
+    }
+
+    fn used(&self, params: &Params, now_us: u64) -> u64 {
+        let now = now_us.max(self.updated_at_us);
+        self.used - self.expired_units(params.period_us(), now)
     }
 
     /// Removes the newest units first: a refund returns what was reserved

@@ -30,7 +30,7 @@ pub(crate) fn throttle_all(ctx: Ctx, argv: &[RString]) {
                 ffi::reply_integer(ctx, i64::from(allowed));
             }
             for outcome in &outcomes {
-                super::reply::decision(ctx, flags, &outcome.decision);
+                super::reply::decision(ctx, flags, &outcome.decision, outcome.detail.as_ref());
             }
         }
         Err(e) => e.reply(ctx),
@@ -70,15 +70,7 @@ fn run(ctx: Ctx, context_flags: u32, argv: &[RString]) -> Result<(bool, Vec<Outc
             return Ok((trial.iter().all(|o| o.decision.allowed), trial));
         }
         if !trial.iter().all(|o| o.decision.allowed) {
-            // Nothing is consumed: a limit that would admit shows its state
-            // as it stands (a peek), with its own verdict.
-            for ((spec, key), outcome) in specs.iter().zip(keys.iter_mut()).zip(trial.iter_mut()) {
-                if outcome.decision.allowed {
-                    let peek = crate::args::Call { cost: 0, ..spec.call };
-                    outcome.decision = run_on_key(key, spec.algorithm, &peek, now_us, Mode::DryRun)?.decision;
-                }
-            }
-            return Ok((false, trial));
+            return refused(ctx, context_flags, argv, &specs, &mut keys, trial, now_us);
         }
     }
     let ttl_from = ttl_from(&first.call, now_us);
@@ -115,6 +107,41 @@ fn run(ctx: Ctx, context_flags: u32, argv: &[RString]) -> Result<(bool, Vec<Outc
         Some(e) => Err(e),
         None => Ok((true, outcomes)),
     }
+}
+
+/// A refused call consumes nothing. A limit that would admit shows its
+/// state as it stands (a peek), with its own verdict; a limit that refused
+/// applies its penalties (a ban, refused units that count), and what they
+/// change is settled and propagated as any change is.
+fn refused(
+    ctx: Ctx,
+    context_flags: u32,
+    argv: &[RString],
+    specs: &[Spec],
+    keys: &mut [Key],
+    mut trial: Vec<Outcome>,
+    now_us: u64,
+) -> Result<(bool, Vec<Outcome>), CommandError> {
+    let Some(first) = specs.first() else { return Ok((false, trial)) };
+    let ttl_from = ttl_from(&first.call, now_us);
+    let mut changed = false;
+    for ((spec, key), outcome) in specs.iter().zip(keys.iter_mut()).zip(trial.iter_mut()) {
+        if outcome.decision.allowed {
+            let peek = crate::args::Call { cost: 0, ..spec.call };
+            *outcome = run_on_key(key, spec.algorithm, &peek, now_us, Mode::DryRun)?;
+        } else if !spec.call.rules.is_none() {
+            *outcome = run_on_key(key, spec.algorithm, &spec.call, now_us, Mode::Apply)?;
+            if outcome.changed {
+                settle(key, spec.algorithm, spec.call.exact, outcome, expire_at_ms(ttl_from, &outcome.decision));
+                changed = true;
+            }
+        }
+    }
+    if changed {
+        let cost = first.call.cost;
+        propagation::send(ctx, context_flags, || propagate(ctx, argv, specs, cost, now_us, ttl_from));
+    }
+    Ok((false, trial))
 }
 
 fn propagate(ctx: Ctx, argv: &[RString], specs: &[Spec], cost: i64, now_us: u64, ttl_from: TtlFrom) {

@@ -57,6 +57,19 @@ pub(crate) const COST: ArgDoc = option("COST", "cost", INTEGER);
 pub(crate) const AT: ArgDoc = option("AT", "unix-time-microseconds", INTEGER);
 pub(crate) const BURST: ArgDoc = option("BURST", "burst", INTEGER);
 pub(crate) const EXACT: ArgDoc = option("EXACT", "exact", PURE_TOKEN);
+pub(crate) const FLOOR: ArgDoc = option("FLOOR", "floor", PURE_TOKEN);
+pub(crate) const BLOCK: ArgDoc = option("BLOCK", "timeout-milliseconds", INTEGER);
+pub(crate) const BAN: ArgDoc = option("BAN", "ban-period", STRING);
+pub(crate) const RENEW: ArgDoc = option("RENEW", "renew", PURE_TOKEN);
+pub(crate) const BACKOFF: ArgDoc = option("BACKOFF", "longest-ban-period", STRING);
+pub(crate) const TALLY: ArgDoc = option("TALLY", "most-units-counted", INTEGER);
+pub(crate) const FORCE: ArgDoc = option("FORCE", "force", PURE_TOKEN);
+pub(crate) const NOW: ArgDoc = option("NOW", "now", PURE_TOKEN);
+pub(crate) const DETAIL: ArgDoc = option("DETAIL", "detail", PURE_TOKEN);
+pub(crate) const HOLDERS: ArgDoc = arg("limit", INTEGER);
+pub(crate) const LEASE: ArgDoc = arg("lease", STRING);
+pub(crate) const LEASE_ID: ArgDoc = option("ID", "token", STRING);
+pub(crate) const LEASE_TOKEN: ArgDoc = arg("token", STRING);
 
 /// Registers the metadata of an already created command. Redis copies
 /// everything, so the temporary buffers are freed on return.

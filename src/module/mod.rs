@@ -25,10 +25,11 @@ use redis_module::{raw, redis_module, Context, RedisString, Status};
 
 use crate::args::Algorithm;
 use docs::{
-    ArgDoc, CommandDoc, AT, BURST, COST, EXACT, KEY_ARG, KEY_OVERWRITTEN, KEY_READ, KEY_UPDATED, LIMIT, PERIOD,
+    ArgDoc, CommandDoc, AT, BACKOFF, BAN, BLOCK, BURST, COST, DETAIL, EXACT, FLOOR, FORCE, HOLDERS, KEY_ARG,
+    KEY_OVERWRITTEN, KEY_READ, KEY_UPDATED, LEASE, LEASE_ID, LEASE_TOKEN, LIMIT, NOW, PERIOD, RENEW, TALLY,
 };
 use ffi::{Ctx, RString};
-use types::{EXACT_TYPE, FIXED_TYPE, LEAKY_TYPE, SLIDING_TYPE, TOKEN_TYPE};
+use types::{EXACT_TYPE, FIXED_TYPE, LEAKY_TYPE, LEASE_TYPE, SLIDING_TYPE, TOKEN_TYPE};
 
 /// A command handler as Redis calls it, with a panic turned into an error
 /// reply: a panic must never unwind into Redis (that aborts the server).
@@ -63,6 +64,10 @@ handler!(all_cmd, all::throttle_all);
 handler!(info_cmd, describe::info);
 handler!(cell_cmd, cell::cl_throttle);
 handler!(gate_cmd, gate::gate_command);
+handler!(acquire_cmd, commands::acquire);
+handler!(release_cmd, |ctx, args| commands::holder(ctx, args, false));
+handler!(renew_cmd, |ctx, args| commands::holder(ctx, args, true));
+handler!(lease_cmd, types::lease_command);
 
 /// redis-cell's command, registered unless the `cl-throttle` setting is off.
 static CL_THROTTLE: Command = Command {
@@ -127,7 +132,7 @@ static COMMANDS: &[Command] = &[
         doc: throttle_doc(
             "THROTTLE.FIXED",
             "Fixed window rate limit: at most `limit` units per window of `period` opened by the first call.",
-            &[KEY_ARG, LIMIT, PERIOD, COST, AT],
+            &[KEY_ARG, LIMIT, PERIOD, COST, AT, BLOCK, BAN, RENEW, BACKOFF, TALLY, FORCE, NOW, DETAIL],
         ),
         handler: fixed_cmd,
         flags: "write deny-oom fast",
@@ -138,7 +143,7 @@ static COMMANDS: &[Command] = &[
             ..throttle_doc(
                 "THROTTLE.SLIDING",
                 "Sliding window rate limit: weighted counter, or with EXACT a log of the last `period`.",
-                &[KEY_ARG, LIMIT, PERIOD, COST, AT, EXACT],
+                &[KEY_ARG, LIMIT, PERIOD, COST, AT, BLOCK, EXACT, FLOOR, BAN, RENEW, BACKOFF, TALLY, FORCE, NOW, DETAIL],
             )
         },
         handler: sliding_cmd,
@@ -148,7 +153,7 @@ static COMMANDS: &[Command] = &[
         doc: throttle_doc(
             "THROTTLE.TOKEN",
             "Token bucket: `burst` tokens, refilled continuously at `limit` per `period`.",
-            &[KEY_ARG, LIMIT, PERIOD, COST, AT, BURST],
+            &[KEY_ARG, LIMIT, PERIOD, COST, AT, BLOCK, BURST, BAN, RENEW, BACKOFF, TALLY, FORCE, NOW, DETAIL],
         ),
         handler: token_cmd,
         flags: "write deny-oom fast",
@@ -157,7 +162,7 @@ static COMMANDS: &[Command] = &[
         doc: throttle_doc(
             "THROTTLE.LEAKY",
             "Leaky bucket: up to `burst` units of queued work, drained at `limit` per `period`.",
-            &[KEY_ARG, LIMIT, PERIOD, COST, AT, BURST],
+            &[KEY_ARG, LIMIT, PERIOD, COST, AT, BLOCK, BURST, BAN, RENEW, BACKOFF, TALLY, FORCE, NOW, DETAIL],
         ),
         handler: leaky_cmd,
         flags: "write deny-oom fast",
@@ -168,7 +173,7 @@ static COMMANDS: &[Command] = &[
             summary: "Checks several limits atomically: admitted only if every limit admits, then all consume.",
             complexity: "O(N) where N is the number of limits",
             arity: -5,
-            args: &[COST, AT, ArgDoc { name: "spec", kind: raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING, token: None, optional: false, multiple: true }],
+            args: &[COST, AT, DETAIL, ArgDoc { name: "spec", kind: raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING, token: None, optional: false, multiple: true }],
             key_flags: None,
         },
         handler: all_cmd,
@@ -176,9 +181,60 @@ static COMMANDS: &[Command] = &[
     },
     Command {
         doc: CommandDoc {
+            name: "THROTTLE.ACQUIRE",
+            summary: "Takes one of `limit` slots for `lease` (a counting semaphore whose leases end by themselves); with BLOCK, waits in arrival order for a slot. Replies the five fields, then the lease's token when admitted.",
+            complexity: "O(N) where N is the number of holders",
+            arity: -4,
+            args: &[KEY_ARG, HOLDERS, LEASE, LEASE_ID, BLOCK, AT],
+            key_flags: KEY_UPDATED,
+        },
+        handler: acquire_cmd,
+        flags: "write deny-oom fast",
+    },
+    Command {
+        doc: CommandDoc {
+            name: "THROTTLE.RELEASE",
+            summary: "Ends the lease of `token`: 1 if it was held, 0 (and no change) if not.",
+            complexity: "O(N) where N is the number of holders",
+            arity: -3,
+            args: &[KEY_ARG, LEASE_TOKEN, AT],
+            key_flags: KEY_UPDATED,
+        },
+        handler: release_cmd,
+        flags: "write fast",
+    },
+    Command {
+        doc: CommandDoc {
+            name: "THROTTLE.RENEW",
+            summary: "Makes the lease of `token` end `lease` from now: 1 if it was held, 0 (and no change) if not.",
+            complexity: "O(N) where N is the number of holders",
+            arity: -4,
+            args: &[KEY_ARG, LEASE_TOKEN, LEASE, AT],
+            key_flags: KEY_UPDATED,
+        },
+        handler: renew_cmd,
+        flags: "write deny-oom fast",
+    },
+    Command {
+        doc: CommandDoc {
+            name: "THROTTLE._LEASE",
+            summary: "Internal: applies a change to a key's leases as the master made it (how lease changes reach replicas and the AOF).",
+            complexity: "O(N) where N is the number of holders",
+            arity: 3,
+            args: &[
+                KEY_ARG,
+                docs::ArgDoc { name: "change", kind: raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING, token: None, optional: false, multiple: false },
+            ],
+            key_flags: KEY_UPDATED,
+        },
+        handler: lease_cmd,
+        flags: "write deny-oom admin",
+    },
+    Command {
+        doc: CommandDoc {
             name: "THROTTLE.INFO",
             summary: "Describes a limiter key: its algorithm, what its state keeps, the units used or remaining and reset_after now.",
-            complexity: "O(1); O(N) for SLIDING EXACT where N is the log length",
+            complexity: "O(1); O(N) for SLIDING EXACT where N is the log length, and for leases where N is the number of holders",
             arity: -2,
             args: &[KEY_ARG, AT],
             key_flags: KEY_READ,
@@ -298,7 +354,7 @@ fn register(ctx: Ctx, command: &Command) -> bool {
 /// `@fast`, and those that overwrite any key (`THROTTLE._LOAD`,
 /// `THROTTLE._SET`) or run a call at any time it names (`THROTTLE._CALL`)
 /// are `@admin @dangerous`. On 7.0 module commands have no categories:
-/// grant them by name (README).
+/// grant them by name (docs/operations.md, "ACL").
 fn set_acl_categories(ctx: Ctx, name: &CString, flags: &str) -> bool {
     // SAFETY: called from OnLoad with the module's context; the strings
     // outlive the calls.
@@ -403,6 +459,6 @@ redis_module! {
     name: "throttle",
     version: 1,
     allocator: (alloc::ModuleAlloc, alloc::ModuleAlloc),
-    data_types: [FIXED_TYPE, SLIDING_TYPE, EXACT_TYPE, TOKEN_TYPE, LEAKY_TYPE],
+    data_types: [FIXED_TYPE, SLIDING_TYPE, EXACT_TYPE, TOKEN_TYPE, LEAKY_TYPE, LEASE_TYPE],
     init: init,
 }

@@ -11,42 +11,91 @@ use redis_module::raw;
 use super::ffi::{self, cstr};
 use crate::args::Algorithm;
 use crate::codec::{Codec, DecodeError, WordSource, ENCODING_VERSION};
-use crate::limiter::{FixedWindow, LeakyBucket, Limiter, SlidingLog, SlidingWindow, TokenBucket};
+use crate::limiter::{
+    Ban, FixedWindow, LeakyBucket, Leases, Limiter, Penalized, SlidingLog, SlidingWindow, TokenBucket,
+};
+
+/// The state each data type holds: an algorithm's state and the ban it
+/// may be under.
+pub(crate) type FixedState = Penalized<FixedWindow>;
+pub(crate) type SlidingState = Penalized<SlidingWindow>;
+pub(crate) type ExactState = Penalized<SlidingLog>;
+pub(crate) type TokenState = Penalized<TokenBucket>;
+pub(crate) type LeakyState = Penalized<LeakyBucket>;
 
 /// What the module needs of a state to store it in a key.
-pub(crate) trait Stored: Limiter + Codec + Clone + 'static {
+pub(crate) trait Stored: Codec + Clone + Default + 'static {
     /// The type's name as `TYPE` shows it (exactly 9 characters).
     const NAME: &'static str;
     /// The byte that names the type in `THROTTLE._SET`.
     const TAG: u8;
-    /// The command family that changes it.
-    const ALGORITHM: Algorithm;
+    /// The keyspace event of a change propagated as a snapshot.
+    const EVENT: *const std::ffi::c_char;
     fn redis_type() -> &'static RedisType;
     /// Bytes held outside the state itself.
-    fn heap_bytes(&self) -> usize {
-        0
-    }
+    fn heap_bytes(&self) -> usize;
+    /// The words DEBUG DIGEST-VALUE sums: the stored words, less the word
+    /// that says a key holds no ban (a value's digest is the same as
+    /// before bans were kept).
+    fn digest_words(&self, out: &mut dyn FnMut(u64));
+}
+
+/// Bytes a state's ban takes, apart from the state.
+fn ban_bytes<L: Limiter>(state: &Penalized<L>) -> usize {
+    state.ban().map_or(0, |_| std::mem::size_of::<Ban>())
 }
 
 macro_rules! stored {
-    ($state:ty, $static:ident, $name:literal, $tag:literal, $algorithm:expr) => {
+    ($state:ty, $static:ident, $name:literal, $tag:literal, $algorithm:expr, $heap:expr) => {
         pub(crate) static $static: RedisType = RedisType::new($name, ENCODING_VERSION, methods::<$state>());
 
         impl Stored for $state {
             const NAME: &'static str = $name;
             const TAG: u8 = $tag;
-            const ALGORITHM: Algorithm = $algorithm;
+            const EVENT: *const std::ffi::c_char = event_name($algorithm);
             fn redis_type() -> &'static RedisType {
                 &$static
+            }
+            fn heap_bytes(&self) -> usize {
+                let heap: fn(&$state) -> usize = $heap;
+                ban_bytes(self) + heap(self)
+            }
+            fn digest_words(&self, out: &mut dyn FnMut(u64)) {
+                match self.ban() {
+                    None => self.inner().encode(out),
+                    Some(_) => self.encode(out),
+                }
             }
         }
     };
 }
 
-stored!(FixedWindow, FIXED_TYPE, "thr-fixed", 1, Algorithm::Fixed);
-stored!(SlidingWindow, SLIDING_TYPE, "thr-slide", 2, Algorithm::Sliding);
-stored!(TokenBucket, TOKEN_TYPE, "thr-token", 4, Algorithm::Token);
-stored!(LeakyBucket, LEAKY_TYPE, "thr-leaky", 5, Algorithm::Leaky);
+stored!(FixedState, FIXED_TYPE, "thr-fixed", 1, Algorithm::Fixed, |_| 0);
+stored!(SlidingState, SLIDING_TYPE, "thr-slide", 2, Algorithm::Sliding, |_| 0);
+stored!(ExactState, EXACT_TYPE, "thr-exact", 3, Algorithm::Sliding, |state| {
+    state.inner().capacity_words() * std::mem::size_of::<u32>()
+});
+stored!(TokenState, TOKEN_TYPE, "thr-token", 4, Algorithm::Token, |_| 0);
+stored!(LeakyState, LEAKY_TYPE, "thr-leaky", 5, Algorithm::Leaky, |_| 0);
+
+/// Leases (`THROTTLE.ACQUIRE`): a type of its own, changed only by the
+/// lease commands and by `THROTTLE._LEASE`, their propagated form.
+pub(crate) static LEASE_TYPE: RedisType = RedisType::new("thr-lease", ENCODING_VERSION, methods::<Leases>());
+
+impl Stored for Leases {
+    const NAME: &'static str = "thr-lease";
+    const TAG: u8 = 6;
+    const EVENT: *const std::ffi::c_char = cstr!("throttle.acquire");
+    fn redis_type() -> &'static RedisType {
+        &LEASE_TYPE
+    }
+    fn heap_bytes(&self) -> usize {
+        Leases::heap_bytes(self)
+    }
+    fn digest_words(&self, out: &mut dyn FnMut(u64)) {
+        self.encode(out)
+    }
+}
 
 /// The keyspace event of a change made by `algorithm`'s command.
 pub(crate) const fn event_name(algorithm: Algorithm) -> *const std::ffi::c_char {
@@ -55,20 +104,6 @@ pub(crate) const fn event_name(algorithm: Algorithm) -> *const std::ffi::c_char 
         Algorithm::Sliding => cstr!("throttle.sliding"),
         Algorithm::Token => cstr!("throttle.token"),
         Algorithm::Leaky => cstr!("throttle.leaky"),
-    }
-}
-
-pub(crate) static EXACT_TYPE: RedisType = RedisType::new("thr-exact", ENCODING_VERSION, methods::<SlidingLog>());
-
-impl Stored for SlidingLog {
-    const NAME: &'static str = "thr-exact";
-    const TAG: u8 = 3;
-    const ALGORITHM: Algorithm = Algorithm::Sliding;
-    fn redis_type() -> &'static RedisType {
-        &EXACT_TYPE
-    }
-    fn heap_bytes(&self) -> usize {
-        self.capacity_words() * std::mem::size_of::<u32>()
     }
 }
 
@@ -206,7 +241,7 @@ unsafe extern "C" fn digest<T: Stored>(md: *mut raw::RedisModuleDigest, value: *
         else {
             return;
         };
-        state.encode(&mut |w| add(md, w as i64));
+        state.digest_words(&mut |w| add(md, w as i64));
         end(md);
     })
 }
@@ -269,11 +304,12 @@ pub(crate) fn load_command(ctx: ffi::Ctx, argv: &[ffi::RString]) {
     };
     let mut words = words.into_iter();
     let result = match ffi::bytes(*type_name) {
-        b"thr-fixed" => load_into::<FixedWindow>(ctx, *key, version, &mut words, None),
-        b"thr-slide" => load_into::<SlidingWindow>(ctx, *key, version, &mut words, None),
-        b"thr-exact" => load_into::<SlidingLog>(ctx, *key, version, &mut words, None),
-        b"thr-token" => load_into::<TokenBucket>(ctx, *key, version, &mut words, None),
-        b"thr-leaky" => load_into::<LeakyBucket>(ctx, *key, version, &mut words, None),
+        b"thr-fixed" => load_into::<FixedState>(ctx, *key, version, &mut words, None),
+        b"thr-slide" => load_into::<SlidingState>(ctx, *key, version, &mut words, None),
+        b"thr-exact" => load_into::<ExactState>(ctx, *key, version, &mut words, None),
+        b"thr-token" => load_into::<TokenState>(ctx, *key, version, &mut words, None),
+        b"thr-leaky" => load_into::<LeakyState>(ctx, *key, version, &mut words, None),
+        b"thr-lease" => load_into::<Leases>(ctx, *key, version, &mut words, None),
         _ => Err("ERR unknown THROTTLE type"),
     };
     match result {
@@ -306,7 +342,7 @@ fn load_into<T: Stored>(
     match expire_at_ms {
         Some(at_ms) => {
             key.set_expire_at_ms(at_ms);
-            key.changed(event_name(T::ALGORITHM), false);
+            key.changed(T::EVENT, false);
         }
         None => key.changed(cstr!("throttle._load"), false),
     }
@@ -337,9 +373,9 @@ pub(crate) struct Snapshot {
 }
 
 impl Snapshot {
-    /// Room for the largest fixed-size state (the buckets' six words) and
-    /// the expiry.
-    const CAPACITY: usize = 2 + 8 * 6 + 8;
+    /// Room for the largest fixed-size state (a word that says it holds
+    /// no ban, then the buckets' six words) and the expiry.
+    const CAPACITY: usize = 2 + 8 * 7 + 8;
 
     pub(crate) fn of<T: Stored>(state: &T, expire_at_ms: u64) -> Option<Snapshot> {
         let mut snapshot = Snapshot { bytes: [0; Snapshot::CAPACITY], len: 2 };
@@ -392,15 +428,40 @@ pub(crate) fn set_command(ctx: ffi::Ctx, argv: &[ffi::RString]) {
     let words = &mut body.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()));
     let at = Some(expire_at_ms);
     let result = match tag {
-        FixedWindow::TAG => load_into::<FixedWindow>(ctx, *key, version, words, at),
-        SlidingWindow::TAG => load_into::<SlidingWindow>(ctx, *key, version, words, at),
-        SlidingLog::TAG => load_into::<SlidingLog>(ctx, *key, version, words, at),
-        TokenBucket::TAG => load_into::<TokenBucket>(ctx, *key, version, words, at),
-        LeakyBucket::TAG => load_into::<LeakyBucket>(ctx, *key, version, words, at),
+        FixedState::TAG => load_into::<FixedState>(ctx, *key, version, words, at),
+        SlidingState::TAG => load_into::<SlidingState>(ctx, *key, version, words, at),
+        ExactState::TAG => load_into::<ExactState>(ctx, *key, version, words, at),
+        TokenState::TAG => load_into::<TokenState>(ctx, *key, version, words, at),
+        LeakyState::TAG => load_into::<LeakyState>(ctx, *key, version, words, at),
         _ => Err("ERR unknown THROTTLE type"),
     };
     match result {
         Ok(()) => ffi::reply_simple_ok(ctx),
         Err(message) => ffi::reply_error(ctx, message),
+    }
+}
+
+/// `THROTTLE._LEASE key <change>`: applies a change to a key's leases as
+/// the master made it (a [`crate::args::PackedEffect`]): how lease changes
+/// reach replicas and the AOF, tokens and ends included, never a call they
+/// would decide again. Internal and admin-only, like `THROTTLE._SET`.
+pub(crate) fn lease_command(ctx: ffi::Ctx, argv: &[ffi::RString]) {
+    let [_, key, packed] = argv else {
+        return ffi::reply_wrong_arity(ctx);
+    };
+    let result = crate::args::PackedEffect::unpack(ffi::bytes(*packed))
+        .map_err(super::reply::CommandError::from)
+        .and_then(|(effect, clock_us)| super::apply::apply_lease_effect(ctx, *key, &effect, clock_us));
+    match result {
+        Ok(()) => {
+            // SAFETY: plain call on the command's context.
+            unsafe {
+                if let Some(f) = raw::RedisModule_ReplicateVerbatim {
+                    f(ctx);
+                }
+            }
+            ffi::reply_simple_ok(ctx)
+        }
+        Err(e) => e.reply(ctx),
     }
 }

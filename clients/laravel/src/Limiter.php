@@ -52,14 +52,26 @@ final class Limiter
     }
 
     /**
-     * One limit: `THROTTLE.<ALG> key limit <period>ms [COST n] [AT µs] [BLOCK ms]`.
-     * $blockMs > 0 waits on the server up to that long for the call to be admitted.
+     * One limit: `THROTTLE.<ALG> key limit <period>ms [COST n] [AT µs]
+     * [penalties] [DETAIL] [BLOCK ms]`. $blockMs > 0 waits on the server up
+     * to that long for the call to be admitted (a banned key: until its ban
+     * ends). A call with penalties also asks for DETAIL, so its reply says
+     * the key's hits and ban.
      */
-    public function attempt(string $key, string $algorithm, int $limit, int $periodMs, int $cost = 1, int $blockMs = 0): Reply
-    {
+    public function attempt(
+        string $key, string $algorithm, int $limit, int $periodMs, int $cost = 1, int $blockMs = 0,
+        ?Penalties $penalties = null, bool $detail = false,
+    ): Reply {
         $spec = $this->spec($key, $algorithm, $limit, $periodMs);
         $type = array_shift($spec); // $spec: key, limit, period, flags
         $args = ["THROTTLE.$type", ...$spec, ...self::options($cost)];
+        if ($penalties !== null && !$penalties->isEmpty()) {
+            array_push($args, ...$penalties->words());
+            $detail = true;
+        }
+        if ($detail) {
+            $args[] = 'DETAIL';
+        }
         if ($blockMs > 0) {
             array_push($args, 'BLOCK', $blockMs);
         }
@@ -69,13 +81,17 @@ final class Limiter
     /**
      * Several limits at once, all or nothing, in one round trip
      * (`THROTTLE.ALL`; one limit is sent as its own command). In Redis Cluster
-     * the keys must share a hash slot: give them the same `{tag}`.
+     * the keys must share a hash slot: give them the same `{tag}`. No limits:
+     * admitted, without a call. $cost 0 only looks.
      *
      * @param list<array{0: string, 1: string, 2: int, 3: int}> $limits [key, algorithm, limit, period ms] each
      * @return array{0: bool, 1: list<Reply>} admitted, then one reply per limit in order
      */
     public function attemptAll(array $limits, int $cost = 1): array
     {
+        if ($limits === []) {
+            return [true, []]; // no limit refuses
+        }
         if (count($limits) === 1) {
             [$key, $algorithm, $limit, $periodMs] = $limits[0];
             $reply = $this->attempt($key, $algorithm, $limit, $periodMs, $cost);
@@ -116,7 +132,11 @@ final class Limiter
         return $prefix === null ? $key : $prefix->getPrefix() . $key;
     }
 
-    /** Sends through the connection's command(), so Laravel's CommandExecuted events still fire. */
+    /**
+     * Sends through the connection's command(), so Laravel's CommandExecuted
+     * events still fire. An error reply throws: ThrottleModuleMissingException
+     * when the server does not know the command, else a RuntimeException.
+     */
     private function send(array $args, string $key): array
     {
         $client = $this->connection->client();
@@ -131,7 +151,8 @@ final class Limiter
         }
         if (!is_array($reply)) {
             $error = is_string($reply) ? $reply : ($client->getLastError() ?? 'no reply');
-            throw new RuntimeException("{$args[0]} failed: $error");
+            throw ThrottleModuleMissingException::fromError($args[0], $error)
+                ?? new RuntimeException("{$args[0]} failed: $error");
         }
         return $reply;
     }

@@ -31,6 +31,15 @@ use Symfony\Component\HttpFoundation\Response;
  */
 class ThrottleRequests extends LaravelThrottleRequests
 {
+    /**
+     * The module's largest limit: a limit above it (`Limit::none()` in a list
+     * is PHP_INT_MAX) is sent as this, which no window reaches.
+     */
+    public const MAX_LIMIT = 1_000_000_000_000_000;
+
+    /** The module's longest period, 3650 days, in ms: longer decays are sent as this. */
+    public const MAX_PERIOD_MS = 315_360_000_000;
+
     protected Limiter $native;
     protected string $algorithm;
     protected bool $ietfHeaders;
@@ -38,8 +47,13 @@ class ThrottleRequests extends LaravelThrottleRequests
     /** The named limiter being applied, if any. */
     protected ?string $limiterName = null;
 
-    /** @var array<string, Reply> this request's reply for each limit key */
-    protected array $replies = [];
+    /**
+     * This request's counters, by Laravel's limit key: how many of its limits
+     * hit the key, the requests a window admits, the key's period, the reply.
+     *
+     * @var array<string, array{hits: int, limit: int, periodMs: int, reply: ?Reply}>
+     */
+    protected array $counters = [];
 
     /** @var array<string, string> this request's RateLimit-Policy and RateLimit fields, when enabled */
     protected array $ietfFields = [];
@@ -68,27 +82,70 @@ class ThrottleRequests extends LaravelThrottleRequests
     }
 
     /**
+     * Laravel's loop, `tooManyAttempts` then `hit` for each limit in order,
+     * as one THROTTLE command (several limits: one `THROTTLE.ALL`, admitted
+     * all or nothing).
+     *
+     * Limits that name the same key share one counter, as in Laravel, which
+     * hits that key once per limit: `[Limit::perMinute(3), Limit::perHour(5)]`
+     * (no `by()`) counts 2 per request, and the third request is refused by
+     * the first limit, which sees 4. Such a group is one key in the module
+     * counting requests: as many per window as Laravel's checks let through
+     * (requestsPerWindow()). Laravel 11.29 and later give such limits keys of
+     * their own (Limit::fallbackKey()) before the middleware sees them, so
+     * there only limits equal in key, maxAttempts and decay still share one.
+     *
      * @param  array<object>  $limits  Laravel's: key, maxAttempts, decayMinutes (Laravel 11: decaySeconds), responseCallback
      */
     protected function handleRequest($request, Closure $next, array $limits)
     {
+        $limits = array_values($limits);
+        if ($limits === []) {
+            // As Laravel: a named limiter that returns [] (or null) limits nothing.
+            return $next($request);
+        }
+
         $tag = $this->limiterName === null ? '' : '{' . $this->limiterName . '}:';
-        $specs = [];
-        foreach ($limits as $limit) {
-            $specs[] = [$tag . $limit->key, $this->algorithm, self::maxAttempts($limit), self::periodMs($limit)];
-        }
-        [$allowed, $replies] = $this->native->attemptAll($specs);
-
-        $this->replies = [];
+        $groups = $occurrence = [];
         foreach ($limits as $i => $limit) {
-            $this->replies[$limit->key] = $replies[$i];
+            $occurrence[$i] = count($groups[(string) $limit->key] ?? []);
+            $groups[(string) $limit->key][] = $limit;
         }
-        $this->ietfFields = $this->ietfHeaders ? $this->ietfFieldsFor($specs, $replies) : [];
+        $this->counters = $specs = [];
+        $impossible = false;
+        foreach ($groups as $key => $group) {
+            $perWindow = self::requestsPerWindow($group);
+            $periodMs = self::periodMs($group[0]);
+            $this->counters[$key] = ['hits' => count($group), 'limit' => $perWindow, 'periodMs' => $periodMs, 'reply' => null];
+            if ($perWindow === 0) {
+                $impossible = true;
+                continue;
+            }
+            $specs[$key] = [$tag . $key, $this->algorithm, $perWindow, $periodMs];
+        }
 
-        if (!$allowed) {
-            // As Laravel: the first limit, in order, that refused answers.
+        // A group that can never pass refuses the request without counting:
+        // the other limits are only looked at (COST 0).
+        [$allowed, $replies] = $this->native->attemptAll(array_values($specs), $impossible ? 0 : 1);
+        foreach (array_keys($specs) as $n => $key) {
+            $this->counters[$key]['reply'] = $replies[$n];
+        }
+        foreach ($this->counters as $key => $counter) {
+            if ($counter['reply'] === null) {
+                $this->counters[$key]['reply'] = new Reply(false, 0, 0, $counter['periodMs'], 0);
+            }
+        }
+        $this->ietfFields = $this->ietfHeaders ? $this->ietfFieldsFor($limits) : [];
+
+        if ($impossible || !$allowed) {
+            // As Laravel: the first limit, in order, whose check fails answers.
             foreach ($limits as $i => $limit) {
-                if (!$replies[$i]->allowed) {
+                if ($this->usedBefore((string) $limit->key) + $occurrence[$i] >= (int) $limit->maxAttempts) {
+                    throw $this->buildException($request, $limit->key, $limit->maxAttempts, $limit->responseCallback);
+                }
+            }
+            foreach ($limits as $limit) {
+                if (!$this->counters[(string) $limit->key]['reply']->allowed) {
                     throw $this->buildException($request, $limit->key, $limit->maxAttempts, $limit->responseCallback);
                 }
             }
@@ -106,6 +163,32 @@ class ThrottleRequests extends LaravelThrottleRequests
     }
 
     /**
+     * Requests a window admits for limits that share one key, in Laravel's
+     * order: the j-th of k limits (from 0) lets a request through while the
+     * key's hits c satisfy c + j < maxAttempts_j, and an admitted request
+     * adds k hits. So c + k <= min_j(maxAttempts_j - j) - 1 + k, and with
+     * c = k * requests that is floor((min_j(maxAttempts_j - j) - 1 + k) / k)
+     * requests. 0: no request ever passes. One limit: its maxAttempts.
+     *
+     * @param non-empty-list<object> $group
+     */
+    private static function requestsPerWindow(array $group): int
+    {
+        $least = PHP_INT_MAX;
+        foreach ($group as $j => $limit) {
+            $least = min($least, min(self::maxAttempts($limit), self::MAX_LIMIT) - $j);
+        }
+        return max(0, intdiv($least - 1 + count($group), count($group)));
+    }
+
+    /** Laravel's hit count for the key before this request: `hits` per request counted. */
+    private function usedBefore(string $key): int
+    {
+        $counter = $this->counters[$key];
+        return $counter['hits'] * max(0, $counter['limit'] - $counter['reply']->remaining);
+    }
+
+    /**
      * Seconds until this request, all its limits together, would be
      * admitted: the largest `retry_after` of the limits that refused,
      * rounded up.
@@ -113,17 +196,18 @@ class ThrottleRequests extends LaravelThrottleRequests
     protected function getTimeUntilNextRetry($key)
     {
         $seconds = 0;
-        foreach ($this->replies as $reply) {
-            if (!$reply->allowed) {
-                $seconds = max($seconds, $reply->retryAfterSeconds());
+        foreach ($this->counters as $counter) {
+            if (!$counter['reply']->allowed) {
+                $seconds = max($seconds, $counter['reply']->retryAfterSeconds());
             }
         }
         return $seconds;
     }
 
+    /** As Laravel's: maxAttempts less the key's hits, after this request. */
     protected function calculateRemainingAttempts($key, $maxAttempts, $retryAfter = null)
     {
-        return $retryAfter === null ? $this->replies[$key]->remaining : 0;
+        return $retryAfter === null ? (int) $maxAttempts - $this->usedBefore((string) $key) : 0;
     }
 
     /** Laravel's headers, plus the IETF fields when `ietf_headers` is on. */
@@ -135,26 +219,27 @@ class ThrottleRequests extends LaravelThrottleRequests
 
     /**
      * `RateLimit-Policy` and `RateLimit` of draft-ietf-httpapi-ratelimit-headers,
-     * one item per limit: `q` the limit, `w` the period in seconds; `r` what
-     * remains, `t` seconds until the key is idle again (on a refused TOKEN or
-     * LEAKY limit: until the call can be admitted), rounded up.
+     * one item per limit: `q` the limit, `w` its key's period in seconds; `r`
+     * what remains, `t` seconds until the key is idle again (on a refused TOKEN
+     * or LEAKY limit: until the call can be admitted), rounded up.
      *
-     * @param list<array{0: string, 1: string, 2: int, 3: int}> $specs
-     * @param list<Reply> $replies
+     * @param list<object> $limits
      * @return array<string, string>
      */
-    protected function ietfFieldsFor(array $specs, array $replies): array
+    protected function ietfFieldsFor(array $limits): array
     {
         $policies = $states = [];
         $base = $this->limiterName ?? 'default';
-        foreach ($specs as $i => [, $algorithm, $limit, $periodMs]) {
-            $name = count($specs) === 1 ? $base : $base . '-' . ($i + 1);
+        $untilAdmitted = in_array($this->algorithm, ['token', 'leaky'], true);
+        foreach ($limits as $i => $limit) {
+            $name = count($limits) === 1 ? $base : $base . '-' . ($i + 1);
             $name = '"' . addcslashes(preg_replace('/[^\x20-\x7e]/', '_', $name), '"\\') . '"';
-            $reply = $replies[$i];
-            $untilAdmitted = !$reply->allowed && in_array($algorithm, ['token', 'leaky'], true);
-            $policies[] = sprintf('%s;q=%d;w=%d', $name, $limit, intdiv($periodMs + 999, 1000));
-            $states[] = sprintf('%s;r=%d;t=%d', $name, $reply->remaining,
-                $untilAdmitted ? $reply->retryAfterSeconds() : $reply->resetAfterSeconds());
+            $counter = $this->counters[(string) $limit->key];
+            $reply = $counter['reply'];
+            $policies[] = sprintf('%s;q=%d;w=%d', $name, $limit->maxAttempts, intdiv($counter['periodMs'] + 999, 1000));
+            $states[] = sprintf('%s;r=%d;t=%d', $name,
+                max(0, (int) $limit->maxAttempts - $this->usedBefore((string) $limit->key)),
+                !$reply->allowed && $untilAdmitted ? $reply->retryAfterSeconds() : $reply->resetAfterSeconds());
         }
         return ['RateLimit-Policy' => implode(', ', $policies), 'RateLimit' => implode(', ', $states)];
     }
@@ -170,7 +255,11 @@ class ThrottleRequests extends LaravelThrottleRequests
         return (int) $limit->maxAttempts;
     }
 
-    /** The limit's decay in milliseconds: Laravel 8-10 give minutes (a route's may be "0.5"), 11 seconds. */
+    /**
+     * The limit's decay in milliseconds: Laravel 8-10 give minutes (a route's
+     * may be "0.5"), 11 seconds. At most the module's longest period, 3650
+     * days.
+     */
     private static function periodMs(object $limit): int
     {
         $minutes = isset($limit->decaySeconds) ? $limit->decaySeconds / 60 : $limit->decayMinutes;
@@ -179,6 +268,6 @@ class ThrottleRequests extends LaravelThrottleRequests
                 "throttle.native: decayMinutes must be a positive number; got '%s'", $minutes,
             ));
         }
-        return max(1, (int) round($minutes * 60_000));
+        return max(1, (int) round(min($minutes * 60_000, self::MAX_PERIOD_MS)));
     }
 }

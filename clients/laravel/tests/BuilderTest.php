@@ -5,6 +5,7 @@ declare(strict_types=1);
 namespace RedisThrottle\Laravel\Tests;
 
 use Illuminate\Contracts\Redis\LimiterTimeoutException;
+use Illuminate\Redis\Events\CommandExecuted;
 use Illuminate\Redis\Limiters\DurationLimiterBuilder;
 use Illuminate\Support\Facades\Redis;
 use InvalidArgumentException;
@@ -95,17 +96,58 @@ final class BuilderTest extends TestCase
         $this->assertSame('sent', $result);
     }
 
-    /** @dataProvider clients */
-    public function testBlockGivesUpAfterItsTimeout(string $client): void
+    /**
+     * block($seconds) sends BLOCK in ms; a waiter that is not admitted gets
+     * the limited reply as it stands, which goes to the failure callback.
+     * The module's time-out answers that way; here another process ends the
+     * wait with CLIENT UNBLOCK ... TIMEOUT, which answers the same way, so
+     * no test waits for a clock.
+     *
+     * @dataProvider clients
+     */
+    public function testBlockGivesUpWithTheLimitedReply(string $client): void
     {
         $this->app($client);
+        Redis::enableEvents();
+        $sent = [];
+        $this->app['events']->listen(CommandExecuted::class, function (CommandExecuted $event) use (&$sent) {
+            $sent[] = array_merge(...array_map(fn ($p) => (array) $p, $event->parameters));
+        });
+        // On the server's clock: a call with AT (Carbon's test now) does not wait.
         Redis::throttleNative('mail')->allow(1)->every(60)->then(fn () => null);
-        $result = Redis::throttleNative('mail')->allow(1)->every(60)->block(1)
+
+        $unblocker = proc_open([PHP_BINARY, '-r', sprintf(<<<'PHP'
+            $redis = new Redis();
+            $redis->connect('127.0.0.1', %d);
+            $deadline = microtime(true) + 10;
+            while (!str_contains($redis->rawCommand('INFO', 'throttle'), 'throttle_waiting_clients:1')) {
+                if (microtime(true) > $deadline) { exit(1); }
+                usleep(2000);
+            }
+            preg_match('/^id=(\d+) .*flags=\w*b/m', $redis->rawCommand('CLIENT', 'LIST'), $waiter) || exit(2);
+            exit($redis->rawCommand('CLIENT', 'UNBLOCK', $waiter[1], 'TIMEOUT') === 1 ? 0 : 3);
+            PHP, $this->server->port)], [], $pipes);
+
+        $result = Redis::throttleNative('mail')->allow(1)->every(60)->block(5)
             ->then(fn () => 'sent', fn (ThrottleTimeoutException $e) => $e->reply);
+        $this->assertSame(0, proc_close($unblocker), 'the other process saw a waiter and unblocked it');
+        $this->assertSame(['THROTTLE.FIXED', 'throttle:mail', 1, '60000ms', 'BLOCK', 5000], $sent[1]);
         $this->assertFalse($result->allowed);
-        // Refused at the time-out, one second into the minute.
-        $this->assertGreaterThan(55_000, $result->retryAfterMs);
-        $this->assertLessThanOrEqual(59_000, $result->retryAfterMs);
+        $this->assertGreaterThan(0, $result->retryAfterMs);
+        $this->assertLessThanOrEqual(60_000, $result->retryAfterMs);
+    }
+
+    /** As Laravel's builder: a LimiterTimeoutException from the callback goes to the failure callback. */
+    public function testALimiterTimeoutFromTheCallbackGoesToFailureAsInLaravel(): void
+    {
+        $this->app();
+        $this->setClock(0);
+        $inner = fn () => throw new LimiterTimeoutException('inner');
+        $outcomes = [
+            'laravel' => Redis::throttle('outer-l')->allow(5)->every(60)->block(0)->then($inner, fn ($e) => $e->getMessage()),
+            'native' => Redis::throttleNative('outer-n')->allow(5)->every(60)->block(0)->then($inner, fn ($e) => $e->getMessage()),
+        ];
+        $this->assertSame(['laravel' => 'inner', 'native' => 'inner'], $outcomes);
     }
 
     public function testHasEveryPublicMethodOfLaravelsBuilder(): void

@@ -1,13 +1,14 @@
-// The README's way to the package, from a fresh clone of the repository's
-// committed HEAD: the documented `cd clients/node && npm ci && npm pack`,
-// run as written, builds the tarball; `npm install` of it in a fresh app
-// with the frameworks from the registry; the README's express (ESM) and
-// fastify (CommonJS) examples run there as written, and the types check
-// under `import` and `require`. Uncommitted changes are not in the clone:
-// commit before relying on this test.
+// The package README's way to the package, from a fresh clone of the
+// repository's committed HEAD: the documented `cd clients/node && npm ci &&
+// npm pack`, run as written at the clone's root, builds the tarball; `npm
+// install` of it in a fresh app that has the frameworks from the registry;
+// the package README's express (ESM) and fastify (CommonJS) examples run
+// there as written, and the types check under `import` and `require`.
+// Uncommitted changes are not in the clone: commit before relying on this
+// test.
 import assert from 'node:assert/strict';
 import { execFile as execFileCb, spawn } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -32,11 +33,24 @@ const userEnv = Object.fromEntries(
 const run = (file, args, cwd) => execFile(file, args, { cwd, env: userEnv, timeout: 300_000, maxBuffer: 16 << 20 });
 const npm = (args, cwd) => run('npm', [...args, '--no-audit', '--no-fund', '--loglevel=error'], cwd);
 
-/** The documented command: the `npm pack` line of README.md, and the tarball it names. */
+/** The documented command: the package README's `npm pack` line, and the tarball it names. */
 function documented(readme) {
-  const m = /From a checkout: `([^`]*npm pack[^`]*)` builds `([^`]+\.tgz)`/.exec(readme);
-  assert.ok(m, 'README.md says how to build the tarball from a checkout');
+  const m = /From a checkout of this repository, at its root:\s+`([^`]*npm pack[^`]*)` builds `([^`]+\.tgz)`/.exec(readme);
+  assert.ok(m, 'clients/node/README.md says how to build the tarball from a checkout');
   return { command: m[1], tarball: m[2] };
+}
+
+/** Every command in backquotes that runs `npm pack`, in every Markdown page of the clone but node_modules. */
+function packCommandsIn(dir, found = []) {
+  for (const entry of readdirSync(dir, { withFileTypes: true })) {
+    if (entry.name === 'node_modules' || entry.name === '.git' || entry.name === 'target') continue;
+    const file = path.join(dir, entry.name);
+    if (entry.isDirectory()) packCommandsIn(file, found);
+    else if (entry.name.endsWith('.md')) {
+      for (const m of readFileSync(file, 'utf8').matchAll(/`([^`\n]*npm pack[^`\n]*)`/g)) found.push({ file: path.relative(checkout, file), command: m[1] });
+    }
+  }
+  return found;
 }
 
 let server;
@@ -62,7 +76,7 @@ before(async () => {
     await run('git', ['checkout', '--quiet', '--detach', head.trim()], checkout);
     // npm pack alone, as the README once said: it must fail, saying what to run.
     packWithoutCi = await npm(['pack'], path.join(checkout, 'clients/node')).then(() => null, (error) => error);
-    pack = documented(readFileSync(path.join(checkout, 'README.md'), 'utf8'));
+    pack = documented(readFileSync(path.join(checkout, 'clients/node/README.md'), 'utf8'));
     Object.assign(pack, await run('sh', ['-c', pack.command], checkout));
   })();
   // Both end before either's failure is reported, so that after() removes a directory nothing still writes to.
@@ -75,16 +89,13 @@ after(async () => {
   await server?.stop();
 });
 
-it('the READMEs give the same command, and npm pack alone says to run npm ci first', () => {
+it('every page gives the same command, and npm pack alone says to run npm ci first', () => {
   const { command, tarball } = pack;
   assert.equal(command, 'cd clients/node && npm ci && npm pack');
   const version = JSON.parse(readFileSync(path.join(checkout, 'clients/node/package.json'), 'utf8')).version;
   assert.equal(tarball, `redis-throttle-${version}.tgz`, 'the README names the tarball of the package version');
-  for (const readme of ['README.zh-CN.md', 'clients/node/README.md']) {
-    const text = readFileSync(path.join(checkout, readme), 'utf8');
-    assert.ok(text.includes(`\`${command}\``), `${readme} gives \`${command}\``);
-    assert.ok(text.includes(tarball), `${readme} names ${tarball}`);
-  }
+  const others = packCommandsIn(checkout).filter((c) => c.command !== command && !/^npm pack\b/.test(c.command));
+  assert.deepEqual(others, [], 'a page that says how to pack from a checkout gives the same command');
   assert.ok(packWithoutCi, 'npm pack before npm ci failed');
   assert.match(packWithoutCi.stderr, /the build needs TypeScript from the devDependencies, which are not installed: run `npm ci` in this directory first/);
 });
@@ -101,16 +112,16 @@ it('the tarball holds the ESM and CommonJS builds with their types, and no sourc
   assert.equal(manifest.dependencies, undefined, 'no runtime dependency');
 });
 
-/** The README's examples: each fenced block after `<!-- node-example: NAME -->`. */
+/** The package README's examples: each fenced block after `<!-- node-example: NAME -->`. */
 function readmeExamples() {
-  const readme = readFileSync(path.join(checkout, 'README.md'), 'utf8');
+  const readme = readFileSync(path.join(checkout, 'clients/node/README.md'), 'utf8');
   const examples = {};
   for (const m of readme.matchAll(/<!-- node-example: (\S+) -->\n```js\n([\s\S]*?)```/g)) examples[m[1]] = m[2];
   return examples;
 }
 
 for (const [name, keyPrefix] of [['express.mjs', 'throttle:express:'], ['fastify.cjs', 'throttle:fastify:']]) {
-  it(`the README's ${name} runs as written from the tarball: the limit, then 429`, async () => {
+  it(`the package README's ${name} runs as written from the tarball: the limit, then 429`, async () => {
     const source = readmeExamples()[name];
     assert.ok(source, `README.md has the ${name} example`);
     writeFileSync(path.join(app, name), source);

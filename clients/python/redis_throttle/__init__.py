@@ -2,8 +2,8 @@
 
 - ``Throttle(client)`` / ``AsyncThrottle(client)``: the commands on a redis-py client.
 - With ``limits`` installed, importing this package registers the storage schemes
-  ``throttle://``, ``throttle+cluster://``, ``async+throttle://`` and
-  ``async+throttle+cluster://`` for limits, Flask-Limiter and SlowAPI.
+  ``throttle://``, ``throttles://`` (TLS), ``throttle+unix://``, ``throttle+cluster://``
+  and their ``async+`` forms for limits, Flask-Limiter and SlowAPI.
 """
 
 from ._core import AllDecision, Decision, Spec, ThrottleModuleMissing

@@ -6,8 +6,12 @@ classes register the schemes they name in STORAGE_SCHEME), so that
 ``storage_uri`` and SlowAPI's ``Limiter(storage_uri=...)`` find them:
 
 - ``throttle://[user:password@]host:port[/db]``: ThrottleStorage (redis.Redis)
-- ``throttle+cluster://host:port[,host:port...]``: ThrottleClusterStorage (redis.cluster.RedisCluster)
-- ``async+throttle://...``, ``async+throttle+cluster://...``: the asyncio twins
+- ``throttles://...``: the same over TLS (limits' ``rediss://``; ``?ssl_ca_certs=...``)
+- ``throttle+unix:///path/to/socket[?db=n]``: the same on a unix socket (limits' ``redis+unix://``)
+- ``throttle+cluster://host:port[,host:port...]``: ThrottleClusterStorage (redis.cluster.RedisCluster);
+  over TLS with the option ``ssl=True``, as limits' ``redis+cluster://``
+- ``async+throttle://...``, ``async+throttles://...``, ``async+throttle+unix://...``,
+  ``async+throttle+cluster://...``: the asyncio twins
 
 Every storage call is one command: the window strategies' decisions are
 THROTTLE.FIXED, THROTTLE.SLIDING ... EXACT and THROTTLE.SLIDING; their
@@ -28,6 +32,7 @@ import redis.asyncio.cluster
 import redis.cluster
 from limits._storage_scheme import parse_storage_uri
 from limits.aio.storage import base as aio_base
+from limits.errors import ConfigurationError
 from limits.storage import base
 
 from ._core import Decision, info_from_reply, period_arg, raise_if_module_missing
@@ -112,9 +117,42 @@ def _pattern(prefix: str) -> str:
     return f"{escaped}:*"
 
 
+#: redis-py's URL scheme for each single-server scheme, as limits maps its own:
+#: rediss:// is TLS, redis+unix:///path a unix socket (redis-py's unix://).
+_URL_SCHEMES = {"throttle": "redis", "throttles": "rediss", "throttle+unix": "unix"}
+
+
+def _redis_url(uri: str) -> str:
+    """The redis-py URL for a single-server URI: ``throttles://h:p/0?ssl_ca_certs=...`` is ``rediss://h:p/0?...``."""
+    scheme, separator, rest = uri.partition("://")
+    bare = scheme[len("async+"):] if scheme.startswith("async+") else scheme
+    if not separator or bare not in _URL_SCHEMES:
+        known = ", ".join(f"{name}://" for name in _URL_SCHEMES)
+        raise ConfigurationError(f"{uri!r}: a redis-throttle storage URI starts with one of {known} (or async+ ...)")
+    netloc = rest.split("/", 1)[0]
+    if bare == "throttle+unix" and netloc and "@" not in netloc:
+        # redis-py would drop it silently: "unix://:pw/path" has no password (limits' docs show that form)
+        raise ConfigurationError(
+            f"{uri!r}: {scheme}:// takes a socket path, and credentials only before an @: "
+            f"{scheme}://[[user]:password@]/path/to/socket[?db=n], e.g. {scheme}://:password@/path/to/socket"
+        )
+    return f"{_URL_SCHEMES[bare]}://{rest}"
+
+
 def _cluster_options(uri: str, node: Any, options: Any) -> Any:
     """RedisCluster's arguments from ``throttle+cluster://[user:password@]host:port[,host:port...]``."""
     parsed = parse_storage_uri(uri)
+    if not parsed.locations and parsed.path:
+        raise ConfigurationError(
+            f"{uri!r}: {parsed.scheme}:// takes host:port[,host:port...], not a socket path; a server on a unix "
+            f"socket is one server: use {parsed.scheme.replace('+cluster', '+unix')}:///path/to/socket"
+        )
+    if parsed.query:
+        raise ConfigurationError(
+            f"{uri!r}: {parsed.scheme}:// takes no query options ({', '.join(sorted(parsed.query))}): "
+            "pass them as storage options (Flask-Limiter's RATELIMIT_STORAGE_OPTIONS, SlowAPI's storage_options), "
+            "e.g. ssl=True and ssl_ca_certs for TLS, as for limits' redis+cluster://"
+        )
     if parsed.locations:
         options.setdefault("startup_nodes", [node(host, port) for host, port in parsed.locations])
     if parsed.username:
@@ -150,7 +188,8 @@ class ThrottleStorage(
     _Keys,
     base.Storage, base.MovingWindowSupport, base.SlidingWindowCounterSupport, base.TimestampedSlidingWindow
 ):
-    """limits storage on the THROTTLE commands of one Redis server: ``throttle://host:port``.
+    """limits storage on the THROTTLE commands of one Redis server: ``throttle://host:port``,
+    ``throttles://host:port`` (TLS) or ``throttle+unix:///path/to/socket``.
 
     ``key_prefix`` (default ``THROTTLE``) goes before every key, apart from
     limits' own Redis storage (``LIMITS``), whose string and list keys the
@@ -158,7 +197,7 @@ class ThrottleStorage(
     (``protocol``, ``socket_timeout``, ...); ``connection_pool`` reuses a pool.
     """
 
-    STORAGE_SCHEME = ["throttle"]
+    STORAGE_SCHEME = ["throttle", "throttles", "throttle+unix"]
 
     def __init__(
         self,
@@ -175,7 +214,7 @@ class ThrottleStorage(
     def _client(self, uri: str, connection_pool: Optional[redis.ConnectionPool], **options: Any) -> Any:
         if connection_pool is not None:
             return redis.Redis(connection_pool=connection_pool, **options)
-        return redis.Redis.from_url("redis" + uri[uri.index(":"):], **options)
+        return redis.Redis.from_url(_redis_url(uri), **options)
 
     def _execute(self, *args: Any) -> Any:
         try:
@@ -249,9 +288,10 @@ class AsyncThrottleStorage(
     _Keys,
     aio_base.Storage, aio_base.MovingWindowSupport, aio_base.SlidingWindowCounterSupport, base.TimestampedSlidingWindow
 ):
-    """ThrottleStorage for limits' asyncio strategies: ``async+throttle://host:port`` on redis.asyncio."""
+    """ThrottleStorage for limits' asyncio strategies: ``async+throttle://host:port`` (``async+throttles://``,
+    ``async+throttle+unix://``) on redis.asyncio."""
 
-    STORAGE_SCHEME = ["async+throttle"]
+    STORAGE_SCHEME = ["async+throttle", "async+throttles", "async+throttle+unix"]
 
     def __init__(
         self,
@@ -259,8 +299,14 @@ class AsyncThrottleStorage(
         key_prefix: str = PREFIX,
         wrap_exceptions: bool = False,
         connection_pool: Optional[redis.asyncio.ConnectionPool] = None,
+        implementation: str = "redispy",
         **options: Any,
     ) -> None:
+        if implementation != "redispy":  # limits' async Redis storages take this option; coredis is their default
+            raise ConfigurationError(
+                f"implementation={implementation!r}: the async throttle storages run on redis-py's asyncio client; "
+                "leave the option out or pass implementation='redispy'"
+            )
         super().__init__(uri, wrap_exceptions=wrap_exceptions, **options)
         self.key_prefix = key_prefix
         self.storage = self._client(uri, connection_pool, **options)
@@ -268,7 +314,7 @@ class AsyncThrottleStorage(
     def _client(self, uri: str, connection_pool: Any, **options: Any) -> Any:
         if connection_pool is not None:
             return redis.asyncio.Redis(connection_pool=connection_pool, **options)
-        return redis.asyncio.Redis.from_url("redis" + uri[uri.index(":"):], **options)
+        return redis.asyncio.Redis.from_url(_redis_url(uri), **options)
 
     async def _execute(self, *args: Any) -> Any:
         try:
@@ -332,3 +378,19 @@ class AsyncThrottleClusterStorage(AsyncThrottleStorage):
     def _client(self, uri: str, connection_pool: Any, **options: Any) -> Any:
         node = redis.asyncio.cluster.ClusterNode
         return redis.asyncio.cluster.RedisCluster(**_cluster_options(uri, node, options))
+
+
+# ------------------------------------------------------------ schemes that are no storage, with the one to use
+
+class _TLSClusterScheme(ThrottleClusterStorage):
+    """``throttles+cluster://`` is not a scheme (limits has no ``rediss+cluster://`` either): say what is."""
+
+    STORAGE_SCHEME = ["throttles+cluster", "async+throttles+cluster"]
+
+    def __init__(self, uri: str, *args: Any, **options: Any) -> None:
+        cluster = "async+throttle+cluster" if uri.startswith("async+") else "throttle+cluster"
+        raise ConfigurationError(
+            f"{uri!r}: a TLS cluster is {cluster}://host:port[,host:port...] with the storage options ssl=True "
+            "(and ssl_ca_certs, ssl_certfile, ssl_keyfile as needed), as limits' redis+cluster://; "
+            "throttles:// is for one server"
+        )

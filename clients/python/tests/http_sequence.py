@@ -9,10 +9,15 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 HEADERS = ("X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "Retry-After")
 
 
-def sequence(get: Callable[[str], Any], n: int, path: str) -> List[Tuple[int, Dict[str, Optional[str]], float]]:
-    """`n` GETs of `path`: each one's status, rate-limit headers and when it was answered."""
+Request = Tuple[int, Dict[str, Optional[str]], Tuple[float, float]]
+
+
+def sequence(get: Callable[[str], Any], n: int, path: str) -> List[Request]:
+    """`n` GETs of `path`: each one's status, rate-limit headers, and when it was sent and answered (the
+    tests bracket times between the two, never assume how long a request takes)."""
     out = []
     for _ in range(n):
+        sent = time.time()
         response = get(path)
-        out.append((response.status_code, {name: response.headers.get(name) for name in HEADERS}, time.time()))
+        out.append((response.status_code, {name: response.headers.get(name) for name in HEADERS}, (sent, time.time())))
     return out

@@ -10,6 +10,7 @@ import pytest
 import redis.asyncio
 from limits import parse
 from limits.aio.strategies import STRATEGIES
+from limits.errors import ConfigurationError
 from limits.storage import storage_from_string
 
 from redis_throttle import AllDecision, AsyncThrottle, Decision, Spec
@@ -37,20 +38,19 @@ async def test_every_method(throttle):
     assert await throttle.info("nothing") is None
 
 
-async def test_block_lets_other_tasks_run(throttle):
-    assert await throttle.token("b", 20, 1, cost=20)
-    ticks = 0
-
-    async def tick():
-        nonlocal ticks
-        while True:
-            ticks += 1
-            await asyncio.sleep(0.005)
-
-    ticker = asyncio.create_task(tick())
-    decision = await throttle.token("b", 20, 1, block=5)
-    ticker.cancel()
-    assert decision.allowed and ticks >= 2
+async def test_block_lets_other_tasks_run(throttle, server):
+    """While one task's call waits on the server, another task runs: it sees the call blocked there and
+    refunds the unit, which admits the waiting call. Had the wait held up the event loop, no refund would
+    come and the call would time out limited after 30 s (the window lasts a minute)."""
+    assert await throttle.fixed("b", 1, 60)
+    waiting = asyncio.create_task(throttle.fixed("b", 1, 60, block=30))
+    other = redis.asyncio.Redis(host="127.0.0.1", port=server.port)
+    while (await other.info("clients"))["blocked_clients"] == 0:
+        assert not waiting.done(), waiting.result()
+        await asyncio.sleep(0.005)
+    assert (await AsyncThrottle(other).fixed("b", 1, 60, cost=-1)).allowed
+    assert await waiting == Decision(True, 1, 0, 0.0, 60.0)
+    await other.aclose()
 
 
 @pytest.mark.parametrize("strategy", sorted(STRATEGIES))
@@ -81,3 +81,13 @@ async def test_async_cluster_storage(cluster, rc):
             assert [await limiter.hit(item, user) for _ in range(3)] == [True, True, False]
     assert await storage.reset() == 15
     await storage.storage.aclose()
+
+
+async def test_implementation_option(server, r):
+    """limits' async Redis storages take implementation= (coredis by default): redispy is what these run on."""
+    storage = storage_from_string(f"async+throttle://{server.url}", implementation="redispy")
+    assert await storage.check()
+    await storage.storage.aclose()
+    for other in ("coredis", "valkey"):
+        with pytest.raises(ConfigurationError, match=f"implementation='{other}': the async throttle storages run on"):
+            storage_from_string(f"async+throttle://{server.url}", implementation=other)

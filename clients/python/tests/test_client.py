@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
 import time
 from datetime import datetime, timedelta, timezone
 
@@ -145,22 +146,36 @@ def test_wrongtype_passes_through(throttle, r):
         throttle.fixed("plain", 1, 1)
 
 
-def test_block_waits_on_the_server(throttle):
-    """A drained bucket refilling 20 a second admits a blocked call within its BLOCK time."""
-    assert throttle.token("b", 20, 1, cost=20)
-    assert not throttle.token("b", 20, 1)  # no block: answered at once, limited
-    assert not throttle.token("b", 20, 1, block=0)  # block=0 does not wait either
-    start = time.monotonic()
-    decision = throttle.token("b", 20, 1, block=5)
-    assert decision.allowed
-    assert time.monotonic() - start < 4  # woken once a token was there, not at the time-out
+def wait_until_blocked(r, worker):
+    """Until the server holds a blocked client, or the worker's call has returned (then it did not block)."""
+    while worker.is_alive() and r.info("clients")["blocked_clients"] == 0:
+        time.sleep(0.005)
+
+
+def test_block_waits_on_the_server_until_admitted(throttle, r):
+    """A limited call with block waits on the server; a refund from another client admits it there and then.
+    Nothing in the test depends on time: the window lasts a minute and the block 30 s, so only the refund
+    can turn the reply into an admission."""
+    assert throttle.fixed("b", 1, 60)
+    assert not throttle.fixed("b", 1, 60)  # no block: answered at once, limited
+    assert not throttle.fixed("b", 1, 60, block=0)  # block=0 does not wait either (the module's BLOCK 0 would)
+    replies = []
+    worker = threading.Thread(target=lambda: replies.append(throttle.fixed("b", 1, 60, block=30)))
+    worker.start()
+    wait_until_blocked(r, worker)
+    assert replies == []  # still waiting on the server
+    assert Throttle(r).fixed("b", 1, 60, cost=-1).allowed  # the refund, from another connection
+    worker.join()
+    assert replies == [Decision(True, 1, 0, 0.0, 60.0)]
 
 
 def test_block_times_out_with_the_limited_reply(throttle):
-    assert throttle.fixed("w", 1, 60)
-    start = time.monotonic()
+    """At its time-out the blocked call gets the limited reply as of that moment: on the server's clock the
+    window has 200 ms less to run than when the call came in."""
+    first = throttle.fixed("w", 1, 60)
     decision = throttle.fixed("w", 1, 60, block="200ms")
-    assert not decision.allowed and time.monotonic() - start >= 0.19
+    assert not decision.allowed
+    assert decision.reset_after <= first.reset_after - 0.19  # Redis times blocked clients out in whole ms
 
 
 @pytest.mark.parametrize(

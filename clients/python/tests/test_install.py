@@ -1,5 +1,5 @@
-"""`pip install ./clients/python` into a fresh virtualenv, then the README's Flask
-example, as written, against a server with the module."""
+"""`pip install ./clients/python` into a fresh virtualenv, then the package
+README's Flask example, as written, against a server with the module."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import os
 import re
 import subprocess
 import sys
+
+import pytest
 
 PACKAGE = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 ROOT = os.path.dirname(os.path.dirname(PACKAGE))
@@ -18,9 +20,9 @@ def flask_example(readme):
     return next(block for block in blocks if "flask_limiter" in block)
 
 
+@pytest.mark.server_independent
 def test_readme_flask_example_in_a_fresh_virtualenv(server, r, tmp_path):
     example = flask_example(os.path.join(PACKAGE, "README.md"))
-    assert example == flask_example(os.path.join(ROOT, "README.md"))  # the two READMEs show the same code
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     python = str(venv / "bin" / "python")

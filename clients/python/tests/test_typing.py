@@ -6,9 +6,12 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 PACKAGE = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 
 
+@pytest.mark.server_independent
 def test_mypy_strict():
     out = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--no-incremental", "redis_throttle"],
                          cwd=PACKAGE, capture_output=True, text=True)

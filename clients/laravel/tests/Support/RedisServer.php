@@ -7,9 +7,11 @@ namespace RedisThrottle\Laravel\Tests\Support;
 use RuntimeException;
 
 /**
- * A real redis-server with the module loaded, on a free loopback port, in a
- * temporary directory of its own. Stopped with SHUTDOWN NOSAVE, then by its
- * own process handle if it is still running.
+ * A real server with the module loaded, on a free loopback port, in a
+ * temporary directory of its own. The binary is THROTTLE_REDIS_SERVER
+ * (default `redis-server` on PATH; `make test-laravel` runs the suite once
+ * for each server in THROTTLE_SERVERS). Stopped with SHUTDOWN NOSAVE, then by
+ * its own process handle if it is still running.
  */
 final class RedisServer
 {
@@ -18,13 +20,17 @@ final class RedisServer
     /** @var resource */
     private $process;
 
-    /** @param list<string> $extraArgs further redis-server options, e.g. ['--cluster-enabled', 'yes'] */
-    public function __construct(array $extraArgs = [])
+    /**
+     * @param list<string> $extraArgs further server options, e.g. ['--cluster-enabled', 'yes']
+     * @param bool $loadModule false: a server without the module
+     */
+    public function __construct(array $extraArgs = [], bool $loadModule = true)
     {
         $module = getenv('THROTTLE_MODULE') ?: '';
         if ($module === '' || !is_file($module)) {
             throw new RuntimeException("THROTTLE_MODULE must name the built module (libredis_throttle.so); got '$module'");
         }
+        $binary = self::binary();
         $this->dir = sys_get_temp_dir() . '/throttle-laravel-' . bin2hex(random_bytes(6));
         mkdir($this->dir);
 
@@ -32,9 +38,9 @@ final class RedisServer
         // server's bind: try a few fresh ports before giving up.
         for ($attempt = 1; ; $attempt++) {
             $this->port = self::freePort();
-            $args = ['redis-server', '--port', (string) $this->port, '--bind', '127.0.0.1',
+            $args = [$binary, '--port', (string) $this->port, '--bind', '127.0.0.1',
                 '--save', '', '--appendonly', 'no', '--dir', $this->dir,
-                '--logfile', $this->dir . '/redis.log', '--loadmodule', $module, ...$extraArgs];
+                '--logfile', $this->dir . '/redis.log', ...($loadModule ? ['--loadmodule', $module] : []), ...$extraArgs];
             $this->process = proc_open($args, [0 => ['file', '/dev/null', 'r'], 1 => ['file', '/dev/null', 'w'], 2 => ['file', '/dev/null', 'w']], $pipes);
             if ($this->waitUntilReady()) {
                 return;
@@ -43,21 +49,31 @@ final class RedisServer
             proc_close($this->process);
             if ($attempt === 5) {
                 $log = @file_get_contents($this->dir . '/redis.log');
-                throw new RuntimeException("redis-server did not start:\n$log");
+                throw new RuntimeException("$binary did not start:\n$log");
             }
         }
     }
 
+    /** THROTTLE_REDIS_SERVER, else `redis-server`. */
+    public static function binary(): string
+    {
+        return getenv('THROTTLE_REDIS_SERVER') ?: 'redis-server';
+    }
+
+    /** The one-node cluster of this run, once started. */
+    private static ?self $cluster = null;
+
     /**
      * A Redis Cluster of one node that serves every slot: cluster clients,
-     * MOVED-free routing, and CROSSSLOT checks for multi-key commands.
+     * MOVED-free routing, and CROSSSLOT checks for multi-key commands. One
+     * per run, stopped when PHP exits. A new master reports the cluster ok
+     * only 2 s after it starts, so tests/bootstrap.php starts it early
+     * (startCluster()) and this waits for what is left of those 2 s.
      */
     public static function singleNodeCluster(): self
     {
-        $server = new self(['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-announce-ip', '127.0.0.1']);
+        $server = self::startCluster();
         $redis = $server->client();
-        $redis->rawCommand('CLUSTER', 'ADDSLOTSRANGE', '0', '16383');
-        // A new master reports the cluster ok about 2 s after it starts.
         $deadline = microtime(true) + 10;
         while (!str_contains($redis->rawCommand('CLUSTER', 'INFO'), 'cluster_state:ok')) {
             if (microtime(true) > $deadline) {
@@ -66,6 +82,17 @@ final class RedisServer
             usleep(20_000);
         }
         return $server;
+    }
+
+    /** Starts the run's one-node cluster and gives it every slot; returns at once. */
+    public static function startCluster(): self
+    {
+        if (self::$cluster === null) {
+            self::$cluster = new self(['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-announce-ip', '127.0.0.1']);
+            self::$cluster->client()->rawCommand('CLUSTER', 'ADDSLOTSRANGE', '0', '16383');
+            register_shutdown_function(static fn () => self::$cluster?->stop());
+        }
+        return self::$cluster;
     }
 
     /** A port the kernel just handed out for 127.0.0.1, never 6379. */
