@@ -15,3 +15,19 @@ export type { ThrottleAllResult, ThrottleInfo, ThrottleResult } from './reply.js
 export { ExpressStore, type ClientRateLimitInfo, type ExpressStoreOptions, type SendCommandClusterFn, type SendCommandFn } from './express.js';
 export { createFastifyStore, type FastifyStore, type FastifyStoreClass, type FastifyStoreOptions } from './fastify.js';
 export { NestStorage, type NestStorageOptions, type ThrottlerStorageRecord } from './nest.js';
+export {
+  Lease,
+  LeaseNotAcquiredError,
+  type AcquireOptions,
+  type AcquireResult,
+  type LeaseRefused,
+} from './lease.js';
+export {
+  Semaphore,
+  LostLockError,
+  TimeoutError,
+  defaultTimeoutOptions,
+  type LockLostCallback,
+  type LockOptions,
+  type TimeoutOptions,
+} from './semaphore.js';
