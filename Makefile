@@ -187,7 +187,9 @@ test-python: build servers
 # type checks and the tarball from a fresh clone once; clients/node/README.md
 # says which run where). Needs Node 20 or later with npm, as the project's
 # machines have (Debian 12's own nodejs is 18: too old for NestJS 12 and
-# node-redis 6).
+# node-redis 6). redis-semaphore's own tests come from a clone of
+# REDIS_SEMAPHORE_REPO (default: its GitHub repository; without it they are
+# skipped, saying why).
 .PHONY: test-node
 test-node: build servers
 	@command -v node >/dev/null && command -v npm >/dev/null \

@@ -36,6 +36,8 @@ async function stats(server) {
   };
   return { acquire: counters('acquire'), renew: counters('renew'), waiting: Number(/throttle_waiting_clients:(\d+)/.exec(text)[1]) };
 }
+/** Resolves once `semaphore`'s refresh under way, if any, has ended (a tick of the mock timers starts one). */
+const refreshed = (semaphore) => eventually(() => !semaphore._refreshing, 10_000, 'the refresh to end');
 const queued = (server, before, n = 1) => eventually(async () => (await stats(server)).waiting === before.waiting + n, 30_000, `${n} waiter(s) on the server`);
 const holders = async (server, key) => {
   const info = await server.command('THROTTLE.INFO', `semaphore:${key}`);
@@ -138,7 +140,8 @@ describe('refresh, loss and options (ioredis 6)', () => {
     const start = await renews();
     for (let i = 1; i <= 3; i++) {
       t.mock.timers.tick(1000);
-      await eventually(async () => (await renews()) === start + i, 10_000, `refresh ${i}`);
+      await refreshed(s);
+      assert.equal(await renews(), start + i, `refresh ${i}`);
     }
     s.stopRefresh();
     t.mock.timers.tick(5000);
@@ -166,7 +169,8 @@ describe('refresh, loss and options (ioredis 6)', () => {
       await s.acquire();
       await lose();
       t.mock.timers.tick(1000);
-      await eventually(() => lost.length === 1, 10_000, 'onLockLost');
+      await refreshed(s);
+      assert.equal(lost.length, 1, 'onLockLost was called');
       assert.equal(lost[0].self, s);
       assert.ok(lost[0].error instanceof LostLockError);
       assert.equal(lost[0].error.message, 'Lost semaphore for key semaphore:lost');
@@ -182,20 +186,27 @@ describe('refresh, loss and options (ioredis 6)', () => {
   it('a refresh that gets no answer is tried again, and the slot counts as lost once lockTimeout has passed', async (t) => {
     t.mock.timers.enable({ apis: ['setInterval', 'Date'], now: Date.now() });
     let failing = false;
+    let tries = 0;
     const down = new Error('connection lost');
-    const send = (args) => (failing && args[0] === 'THROTTLE.RENEW' ? Promise.reject(down) : client.call(...args));
+    const send = (args) => {
+      if (args[0] === 'THROTTLE.RENEW') tries++;
+      return failing && args[0] === 'THROTTLE.RENEW' ? Promise.reject(down) : client.call(...args);
+    };
     const lost = [];
     const s = new Semaphore(send, 'flaky', 1, { lockTimeout: 10_000, refreshInterval: 4000, onLockLost: (error) => lost.push(error) });
     await s.acquire();
     failing = true;
     t.mock.timers.tick(4000); // 4 s after the acquisition: the lease still runs
+    await refreshed(s);
     t.mock.timers.tick(4000); // 8 s
-    await client.ping();
-    await Promise.resolve();
+    await refreshed(s);
+    assert.equal(tries, 2, 'tried at each interval');
     assert.deepEqual(lost, []);
     assert.equal(s.isAcquired, true);
     t.mock.timers.tick(4000); // 12 s: the lease has ended whatever the server did
-    await eventually(() => lost.length === 1, 10_000, 'onLockLost');
+    await refreshed(s);
+    assert.equal(tries, 3);
+    assert.equal(lost.length, 1);
     assert.ok(lost[0] instanceof LostLockError);
     assert.equal(lost[0].cause, down);
     assert.equal(s.isAcquired, false);
