@@ -6,9 +6,13 @@
 // reset_after in the server's real time, whatever the clock says: every
 // window here is a minute or more, so that none ends between two calls.
 import assert from 'node:assert/strict';
-import { describe, it } from 'node:test';
+import { describe, it, mock } from 'node:test';
+import { createRequire } from 'node:module';
 import { ExpressStore, NestStorage, createFastifyStore } from 'redis-throttle';
 import { serverWithClients } from './support/redis.js';
+
+/** @fastify/rate-limit's in-memory store, the reference for the fastify store's answers. */
+const LocalStore = createRequire(import.meta.url)('@fastify/rate-limit/store/LocalStore.js');
 
 const T0 = 1_700_000_000_000_000; // Unix µs
 const at = (ms) => T0 + ms * 1000;
@@ -121,12 +125,80 @@ for (const [clientName, client] of Object.entries(clients)) {
       assert.deepEqual(await call(store, 'incr', 'k', 60_000, 0), { current: 1, ttl: 60_000 }, 'max 0 refuses without a command');
     });
 
-    it('refuses the options that count refused requests, at construction', () => {
-      const Store = createFastifyStore(client(), { prefix: `fastify:${clientName}:${n++}:` });
-      assert.throws(() => new Store({ continueExceeding: true }), /does not support continueExceeding/);
-      assert.throws(() => new Store({ ban: 3 }), /does not support ban: 3/);
-      const store = new Store({ ban: 0 });
-      assert.throws(() => store.child({ exponentialBackoff: true, routeInfo: {} }), /does not support exponentialBackoff/);
+    // The plugin's own in-memory store (store/LocalStore.js), on the same
+    // sequence of hits with Date.now() at the same times: fastify's
+    // `current` (refused requests counted) and `ttl`, request by request.
+    const sideBySide = async (params, max, timeWindow, times) => {
+      const time = movingClock();
+      const Store = createFastifyStore(client(), { prefix: `fastify:${clientName}:${n++}:`, clock: time.clock });
+      const ours = new Store({ global: true, ban: -1, ...params });
+      const theirs = new LocalStore(params.continueExceeding ?? false, params.exponentialBackoff ?? false);
+      const seen = [];
+      mock.timers.enable({ apis: ['Date'], now: T0 / 1000 });
+      try {
+        for (const ms of times) {
+          time.now = at(ms);
+          mock.timers.setTime(T0 / 1000 + ms);
+          const local = await call(theirs, 'incr', 'k', timeWindow, max);
+          seen.push([ms, await call(ours, 'incr', 'k', timeWindow, max), { current: local.current, ttl: local.ttl }]);
+        }
+      } finally {
+        mock.timers.reset();
+      }
+      for (const [ms, mine, local] of seen) assert.deepEqual(mine, local, `at ${ms} ms`);
+      return seen.map(([, mine]) => mine);
+    };
+
+    it('ban: refused requests count in the window (TALLY), as in the plugin\'s own stores', async () => {
+      const seen = await sideBySide({ ban: 2 }, 2, 60_000, [0, 1000, 2000, 3000, 4000, 5000, 59_000, 60_000]);
+      assert.deepEqual(seen.map((r) => r.current), [1, 2, 3, 4, 5, 6, 7, 1]);
+    });
+
+    it('continueExceeding: each refused request restarts the window (BAN RENEW)', async () => {
+      const seen = await sideBySide({ continueExceeding: true }, 1, 60_000, [0, 10_000, 50_000, 109_000, 168_999, 169_000]);
+      assert.deepEqual(seen, [1, 2, 3, 4, 5, 6].map((current) => ({ current, ttl: 60_000 })), 'a minute from each refused request');
+      const fresh = await sideBySide({ continueExceeding: true }, 1, 60_000, [0, 1000, 61_000, 62_000]);
+      assert.deepEqual(fresh.map((r) => r.current), [1, 2, 1, 2], 'a minute without a refused request: a fresh window');
+    });
+
+    it('exponentialBackoff: each refused request doubles the ban (BAN BACKOFF), as the plugin\'s Redis store\'s PEXPIRE', async () => {
+      // The plugin's LocalStore ends an item after timeWindow whatever its
+      // doubled ttl says; its Redis store, which this one replaces, keeps the
+      // key for the doubled ttl: these are that store's answers.
+      const time = movingClock();
+      const Store = createFastifyStore(client(), { prefix: `fastify:${clientName}:${n++}:`, clock: time.clock });
+      const store = new Store({ global: true, ban: -1, exponentialBackoff: true });
+      const seen = [];
+      for (const ms of [0, 1000, 2000, 3000, 4000, 83_999, 84_000]) {
+        time.now = at(ms);
+        seen.push(await call(store, 'incr', 'k', 10_000, 1));
+      }
+      assert.deepEqual(seen, [
+        { current: 1, ttl: 10_000 },
+        { current: 2, ttl: 10_000 },
+        { current: 3, ttl: 20_000 },
+        { current: 4, ttl: 40_000 },
+        { current: 5, ttl: 80_000 },
+        { current: 6, ttl: 160_000 },
+        { current: 7, ttl: 320_000 },
+      ]);
+      time.now = at(84_000 + 320_000);
+      assert.deepEqual(await call(store, 'incr', 'k', 10_000, 1), { current: 1, ttl: 10_000 }, 'the ban ended: a fresh window');
+      assert.deepEqual(await call(store, 'read', 'k', 10_000, 1), { current: 1, ttl: 10_000 }, 'read: a peek');
+    });
+
+    it('every penalty option on a route child, and on another algorithm', async () => {
+      const time = movingClock();
+      const prefix = `fastify:${clientName}:${n++}:`;
+      const Store = createFastifyStore(client(), { prefix, algorithm: 'token', clock: time.clock });
+      const child = new Store({ global: true, ban: -1 }).child({ ban: -1, continueExceeding: true, routeInfo: { method: 'GET', url: '/r' } });
+      assert.deepEqual(await call(child, 'incr', 'k', 60_000, 1), { current: 1, ttl: 60_000 });
+      assert.deepEqual(await call(child, 'incr', 'k', 60_000, 1), { current: 2, ttl: 60_000 });
+      time.now = at(30_000);
+      // A bucket keeps no more than its burst: refused requests answer max + 1 there.
+      assert.deepEqual(await call(child, 'incr', 'k', 60_000, 1), { current: 2, ttl: 60_000 }, 'renewed');
+      assert.deepEqual(await call(child, 'read', 'k', 60_000, 1), { current: 2, ttl: 60_000 }, 'read: in the ban');
+      assert.equal(await server.command('TYPE', `${prefix}GET/r-k`), 'thr-token');
     });
   });
 
