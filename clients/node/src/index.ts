@@ -16,3 +16,4 @@ export { ExpressStore, type ClientRateLimitInfo, type ExpressStoreOptions, type 
 export { createFastifyStore, type FastifyStore, type FastifyStoreClass, type FastifyStoreOptions } from './fastify.js';
 export { NestStorage, type NestStorageOptions, type ThrottlerStorageRecord } from './nest.js';
 export type { AllOptions, PenaltyOptions } from './command.js';
+export { RateLimiterThrottle, type RateLimiterResLike, type RateLimiterThrottleOptions } from './rate-limiter-flexible.js';
