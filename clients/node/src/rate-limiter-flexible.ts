@@ -5,7 +5,7 @@
 // rate-limiter-flexible when first constructed), so that everything the
 // library does around its store (execEvenly, the in-memory block,
 // insuranceLimiter, keyPrefix, RateLimiterRes) is the library's own.
-import { checkOptions, senderFor, type RedisClientLike, type Send } from './command.js';
+import { checkOptions, checkOptionType, senderFor, type RedisClientLike, type Send } from './command.js';
 import { requirePeer } from './peer.js';
 import type { ThrottleResult } from './reply.js';
 import { Throttle } from './throttle.js';
@@ -43,6 +43,8 @@ export interface RateLimiterThrottleOptions {
   /** Taken for RateLimiterRedis's sake and not needed: the client is recognised by itself. */
   useRedisPackage?: boolean;
   useRedis3AndLowerPackage?: boolean;
+  /** This package's: the time of each call as Unix microseconds, sent as the commands' `AT` (tests, replays). Default: the server's clock. */
+  clock?: () => number | bigint;
 }
 
 export interface RateLimiterThrottle {
@@ -67,7 +69,7 @@ export interface RateLimiterThrottleConstructor {
 const OPTIONS = [
   'storeClient', 'points', 'duration', 'blockDuration', 'keyPrefix', 'execEvenly', 'execEvenlyMinDelayMs',
   'blockOnConsumed', 'inMemoryBlockOnConsumed', 'inMemoryBlockDuration', 'insuranceLimiter',
-  'rejectIfRedisNotReady', 'useRedisPackage', 'useRedis3AndLowerPackage',
+  'rejectIfRedisNotReady', 'useRedisPackage', 'useRedis3AndLowerPackage', 'clock',
 ];
 const HINTS = {
   customIncrTtlLuaScript: 'the module replaces the Lua script: each call is one THROTTLE command',
@@ -127,6 +129,7 @@ function makeClass(): RateLimiterThrottleConstructor {
 
   const checked = (opts: RateLimiterThrottleOptions) => {
     checkOptions(opts, OPTIONS, 'RateLimiterThrottle', HINTS);
+    checkOptionType(opts?.clock, 'function', 'clock');
     return opts;
   };
 
@@ -134,9 +137,11 @@ function makeClass(): RateLimiterThrottleConstructor {
     #sender: { throttle: Throttle; send: Send; keyPrefix: string } | undefined;
     readonly #client: RedisClientLike;
     readonly #rejectIfNotReady: boolean;
+    readonly #clock: (() => number | bigint) | undefined;
 
     constructor(opts: RateLimiterThrottleOptions) {
       super(checked(opts));
+      this.#clock = opts.clock;
       // RateLimiterStoreAbstract's setter refuses a missing client as RateLimiterRedis does.
       this.client = opts.storeClient;
       this.#client = opts.storeClient;
@@ -166,7 +171,7 @@ function makeClass(): RateLimiterThrottleConstructor {
 
     async #call(rlKey: string, period: number, options: Record<string, unknown>): Promise<ThrottleResult> {
       this.#checkReady(rlKey);
-      return this.#connection().throttle.call({ algorithm: 'fixed', key: rlKey, limit: this.#limit(), period: periodMs(period) }, { ...options, detail: true });
+      return this.#connection().throttle.call({ algorithm: 'fixed', key: rlKey, limit: this.#limit(), period: periodMs(period) }, { ...options, at: this.#clock?.(), detail: true });
     }
 
     /** consume: THROTTLE.FIXED key points duration COST n TALLY cap [BAN blockDuration] DETAIL. */

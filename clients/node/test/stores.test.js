@@ -8,7 +8,7 @@
 import assert from 'node:assert/strict';
 import { describe, it, mock } from 'node:test';
 import { createRequire } from 'node:module';
-import { ExpressStore, NestStorage, createFastifyStore } from 'redis-throttle';
+import { ExpressStore, NestStorage, RateLimiterThrottle, createFastifyStore } from 'redis-throttle';
 import { serverWithClients } from './support/redis.js';
 
 /** @fastify/rate-limit's in-memory store, the reference for the fastify store's answers. */
@@ -226,6 +226,61 @@ for (const [clientName, client] of Object.entries(clients)) {
       assert.equal(await server.command('TYPE', `${prefix}k`), 'thr-fixed');
       assert.deepEqual(await storage.increment('z', 600_000, 0, 0, 'default'), { totalHits: 1, timeToExpire: 600, isBlocked: true, timeToBlockExpire: 600 });
       assert.equal(await server.command('EXISTS', `${prefix}z`), 0);
+    });
+  });
+
+  describe(`RateLimiterThrottle, ${clientName}`, () => {
+    let n = 0;
+    const limiter = (options = {}) => {
+      const time = movingClock();
+      const l = new RateLimiterThrottle({ storeClient: client(), keyPrefix: `rlf:${clientName}:${n++}`, clock: time.clock, ...options });
+      return { l, time };
+    };
+    const res = (r) => ({ remainingPoints: r.remainingPoints, msBeforeNext: r.msBeforeNext, consumedPoints: r.consumedPoints, isFirstInDuration: r.isFirstInDuration });
+    const rejected = async (promise) => res(await promise.then((r) => assert.fail(`resolved ${r}`), (r) => r));
+
+    it('consume: resolves under points, rejects past them and counts the refused points; a key per limiter, of the module\'s type', async () => {
+      const { l, time } = limiter({ points: 3, duration: 60 });
+      assert.deepEqual(res(await l.consume('ip', 2)), { remainingPoints: 1, msBeforeNext: 60_000, consumedPoints: 2, isFirstInDuration: true });
+      time.now = at(15_000);
+      assert.deepEqual(res(await l.consume('ip')), { remainingPoints: 0, msBeforeNext: 45_000, consumedPoints: 3, isFirstInDuration: false });
+      assert.deepEqual(await rejected(l.consume('ip', 2)), { remainingPoints: 0, msBeforeNext: 45_000, consumedPoints: 5, isFirstInDuration: false });
+      assert.equal(await server.command('TYPE', l.getKey('ip')), 'thr-fixed');
+      time.now = at(60_000);
+      assert.deepEqual(res(await l.consume('ip')), { remainingPoints: 2, msBeforeNext: 60_000, consumedPoints: 1, isFirstInDuration: true }, 'a new window');
+    });
+
+    it('blockDuration: the consume past points bans the key (BAN) in the same command', async () => {
+      const { l, time } = limiter({ points: 2, duration: 60, blockDuration: 600 });
+      await l.consume('ip', 2);
+      assert.deepEqual(await rejected(l.consume('ip')), { remainingPoints: 0, msBeforeNext: 600_000, consumedPoints: 3, isFirstInDuration: false });
+      time.now = at(120_000);
+      assert.deepEqual(await rejected(l.consume('ip')), { remainingPoints: 0, msBeforeNext: 480_000, consumedPoints: 4, isFirstInDuration: false }, 'still banned after the window');
+      time.now = at(600_000);
+      assert.equal((await l.consume('ip')).consumedPoints, 1, 'the ban ended: a fresh key');
+    });
+
+    it('penalty, reward, block, get, set and delete', async () => {
+      const { l, time } = limiter({ points: 5, duration: 60 });
+      assert.equal(await l.get('k'), null);
+      assert.deepEqual(res(await l.penalty('k', 7)), { remainingPoints: 0, msBeforeNext: 60_000, consumedPoints: 7, isFirstInDuration: true });
+      time.now = at(10_000);
+      assert.deepEqual(res(await l.reward('k', 4)), { remainingPoints: 2, msBeforeNext: 50_000, consumedPoints: 3, isFirstInDuration: false });
+      assert.deepEqual(res(await l.get('k')), { remainingPoints: 2, msBeforeNext: 50_000, consumedPoints: 3, isFirstInDuration: false });
+      assert.deepEqual(res(await l.block('k', 300)), { remainingPoints: 0, msBeforeNext: 300_000, consumedPoints: 6, isFirstInDuration: false });
+      time.now = at(70_000);
+      assert.deepEqual(res(await l.get('k')), { remainingPoints: 0, msBeforeNext: 240_000, consumedPoints: 6, isFirstInDuration: false }, 'banned');
+      assert.equal(await l.delete('k'), true);
+      assert.equal(await l.delete('k'), false);
+      assert.deepEqual(res(await l.set('k', 4, 60)), { remainingPoints: 0, msBeforeNext: 60_000, consumedPoints: 4, isFirstInDuration: false });
+      assert.deepEqual(res(await l.get('k')), { remainingPoints: 1, msBeforeNext: 60_000, consumedPoints: 4, isFirstInDuration: false });
+    });
+
+    it('refuses an option it does not take, by name', () => {
+      assert.throws(() => new RateLimiterThrottle({ storeClient: client(), points: 1, customIncrTtlLuaScript: 'return 1' }), /does not support the option customIncrTtlLuaScript \(the module replaces the Lua script/);
+      assert.throws(() => new RateLimiterThrottle({ storeClient: client(), points: 1, clock: 5 }), /clock must be a function/);
+      assert.throws(() => new RateLimiterThrottle({ points: 1 }), /storeClient is not set/);
+      assert.throws(() => new RateLimiterThrottle({ storeClient: {}, points: 1 }), /expected a node-redis client or cluster/);
     });
   });
 }
