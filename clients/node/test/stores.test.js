@@ -279,8 +279,8 @@ for (const [clientName, client] of Object.entries(clients)) {
     it('refuses an option it does not take, by name', () => {
       assert.throws(() => new RateLimiterThrottle({ storeClient: client(), points: 1, customIncrTtlLuaScript: 'return 1' }), /does not support the option customIncrTtlLuaScript \(the module replaces the Lua script/);
       assert.throws(() => new RateLimiterThrottle({ storeClient: client(), points: 1, clock: 5 }), /clock must be a function/);
-      assert.throws(() => new RateLimiterThrottle({ points: 1 }), /storeClient is not set/);
-      assert.throws(() => new RateLimiterThrottle({ storeClient: {}, points: 1 }), /expected a node-redis client or cluster/);
+      assert.throws(() => new RateLimiterThrottle({ points: 1, duration: 1 }), /storeClient is not set/);
+      assert.throws(() => new RateLimiterThrottle({ storeClient: {}, points: 1, duration: 1 }), /expected a node-redis client or cluster/);
     });
   });
 }
