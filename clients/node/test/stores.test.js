@@ -10,6 +10,7 @@ import { describe, it, mock } from 'node:test';
 import { createRequire } from 'node:module';
 import { ExpressStore, NestStorage, RateLimiterThrottle, createFastifyStore } from 'redis-throttle';
 import { serverWithClients } from './support/redis.js';
+import { ThrottlerStorageService } from '@nestjs/throttler';
 
 /** @fastify/rate-limit's in-memory store, the reference for the fastify store's answers. */
 const LocalStore = createRequire(import.meta.url)('@fastify/rate-limit/store/LocalStore.js');
@@ -205,17 +206,28 @@ for (const [clientName, client] of Object.entries(clients)) {
   describe(`NestStorage, ${clientName}`, () => {
     let n = 0;
 
-    it('increment: the limit, then blocked until the module admits again (sliding-exact)', async () => {
-      const time = movingClock();
-      const storage = new NestStorage(client(), { prefix: `nest:${clientName}:${n++}:`, clock: time.clock });
-      const hit = () => storage.increment('k', 60_000, 2, 60_000, 'default');
-      assert.deepEqual(await hit(), { totalHits: 1, timeToExpire: 60, isBlocked: false, timeToBlockExpire: 0 });
-      time.now = at(20_000);
-      assert.deepEqual(await hit(), { totalHits: 2, timeToExpire: 60, isBlocked: false, timeToBlockExpire: 0 });
-      time.now = at(30_000);
-      assert.deepEqual(await hit(), { totalHits: 3, timeToExpire: 50, isBlocked: true, timeToBlockExpire: 30 });
-      time.now = at(60_000);
-      assert.deepEqual(await hit(), { totalHits: 2, timeToExpire: 60, isBlocked: false, timeToBlockExpire: 0 }, 'the first hit has left the window');
+    it("increment: Nest's own storage's answers, called with Date.now() at the same times (blockDuration longer, shorter, 0)", async (t) => {
+      for (const [limit, blockDuration] of [[2, 90_000], [2, 20_000], [2, 0]]) {
+        const time = movingClock();
+        const storage = new NestStorage(client(), { prefix: `nest:${clientName}:${n++}:`, clock: time.clock });
+        const theirs = new ThrottlerStorageService();
+        mock.timers.enable({ apis: ['Date'], now: T0 / 1000 });
+        const seen = [];
+        try {
+          for (const ms of [0, 20_000, 30_000, 40_000, 55_000, 60_000, 80_000, 89_999, 90_000, 120_000, 125_000]) {
+            time.now = at(ms);
+            mock.timers.setTime(T0 / 1000 + ms);
+            const nest = await theirs.increment('k', 60_000, limit, blockDuration, 'default');
+            if (!nest.isBlocked) nest.timeToBlockExpire = 0; // Nest's: a negative number the guard never reads
+            seen.push([ms, await storage.increment('k', 60_000, limit, blockDuration, 'default'), { ...nest }]);
+          }
+        } finally {
+          mock.timers.reset();
+          theirs.onApplicationShutdown();
+        }
+        for (const [ms, mine, nest] of seen) assert.deepEqual(mine, nest, `blockDuration ${blockDuration}, at ${ms} ms`);
+        assert.ok(seen.some(([, , nest]) => nest.isBlocked));
+      }
     });
 
     it('another algorithm: fixed window; limit 0 blocks without a command', async () => {
@@ -223,9 +235,9 @@ for (const [clientName, client] of Object.entries(clients)) {
       const storage = new NestStorage(client(), { prefix, algorithm: 'fixed', clock: () => T0 });
       assert.equal((await storage.increment('k', 600_000, 1, 0, 'default')).isBlocked, false);
       assert.deepEqual(await storage.increment('k', 600_000, 1, 0, 'default'), { totalHits: 2, timeToExpire: 600, isBlocked: true, timeToBlockExpire: 600 });
-      assert.equal(await server.command('TYPE', `${prefix}k`), 'thr-fixed');
+      assert.equal(await server.command('TYPE', `${prefix}{k}`), 'thr-fixed');
       assert.deepEqual(await storage.increment('z', 600_000, 0, 0, 'default'), { totalHits: 1, timeToExpire: 600, isBlocked: true, timeToBlockExpire: 600 });
-      assert.equal(await server.command('EXISTS', `${prefix}z`), 0);
+      assert.deepEqual(await server.command('KEYS', `${prefix}*z*`), []);
     });
   });
 
