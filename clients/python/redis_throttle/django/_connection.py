@@ -19,6 +19,7 @@ DEFAULT_KEY_PREFIX = "THROTTLE:"
 
 _lock = threading.Lock()
 _throttle: Optional[Throttle] = None
+_owned = False  # _throttle's client was made here (from a URL), not handed in
 
 
 def _from_cache(alias: str) -> Any:
@@ -78,7 +79,9 @@ def resolve(value: Any) -> Any:
         import redis
 
         try:
-            return redis.Redis.from_url(value)
+            # A blocking pool: when more threads want a connection than the pool holds (max_connections, 50
+            # unless the URL says ?max_connections=N), they wait for one instead of failing the request.
+            return redis.Redis(connection_pool=redis.BlockingConnectionPool.from_url(value))
         except ValueError as error:
             raise ImproperlyConfigured(f"{CONNECTION_SETTING} = {value!r}: {error}") from error
     if hasattr(value, "execute_command"):
@@ -94,12 +97,14 @@ def resolve(value: Any) -> Any:
 def get_throttle() -> Throttle:
     """The process's Throttle on the configured connection, made on first use (and again after the setting
     changes, as in tests with override_settings)."""
-    global _throttle
+    global _throttle, _owned
     throttle = _throttle
     if throttle is None:
         with _lock:
             if _throttle is None:
-                _throttle = Throttle(resolve(getattr(settings, CONNECTION_SETTING, None)))
+                value = getattr(settings, CONNECTION_SETTING, None)
+                _throttle = Throttle(resolve(value))
+                _owned = isinstance(value, str) and not value.startswith("cache:")
             throttle = _throttle
     return throttle
 
@@ -109,10 +114,13 @@ def key_prefix() -> str:
 
 
 def _reset(*, setting: str, **kwargs: Any) -> None:
-    global _throttle
+    """The setting changed: the next use resolves it again. A pool this module made from a URL is closed."""
+    global _throttle, _owned
     if setting in (CONNECTION_SETTING, "CACHES"):
         with _lock:
-            _throttle = None
+            if _throttle is not None and _owned:
+                _throttle.client.connection_pool.disconnect()
+            _throttle, _owned = None, False
 
 
 setting_changed.connect(_reset, dispatch_uid="redis_throttle.django.connection")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import functools
 import math
 import re
-from typing import Any, Callable, Optional, Sequence, Tuple, TypeVar, Union
+from typing import Any, Callable, Optional, Sequence, Tuple, TypeVar, Union, cast
 
-from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async  # type: ignore[import-untyped]
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.conf import settings  # type: ignore[import-untyped]
 from django.http import HttpResponse  # type: ignore[import-untyped]
 from django.utils.module_loading import import_string  # type: ignore[import-untyped]
@@ -151,7 +151,7 @@ def throttle(rate: str, key: Union[str, KeyFunc] = "ip", *, group: Optional[str]
                     return refused
                 return await view(request, *args, **kwargs)
 
-            return functools.wraps(view)(markcoroutinefunction(async_wrapper))  # type: ignore[no-any-return]
+            return cast(V, functools.wraps(view)(markcoroutinefunction(async_wrapper)))
 
         @functools.wraps(view)
         def wrapper(request: Any, *args: Any, **kwargs: Any) -> Any:
@@ -160,6 +160,6 @@ def throttle(rate: str, key: Union[str, KeyFunc] = "ip", *, group: Optional[str]
                 return refused
             return view(request, *args, **kwargs)
 
-        return wrapper  # type: ignore[return-value]
+        return cast(V, wrapper)
 
     return decorate
