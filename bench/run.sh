@@ -6,7 +6,7 @@
 # bench/results.md and bench/chart.svg (bench/report.py, from the
 # measurements it keeps in bench/e2e-<server>.json), and one side-by-side
 # table per server on stdout; then the Python and Node packages through
-# their frameworks (bench/python-frameworks.md, bench/node.md).
+# their frameworks (bench/python-frameworks.md, bench/django.md, bench/node.md).
 #
 # Honours CARGO_TARGET_DIR (default target/) to find the module and the
 # criterion results, CARGO (default cargo), BENCH_CELL (a redis-cell build
@@ -52,5 +52,7 @@ python3 bench/report.py "$target/criterion" "$start" bench "${runs[@]}"
 # The packages through their frameworks, each against the store users have.
 echo "== Flask-Limiter and SlowAPI, redis:// against throttle:// (bench/python_frameworks.py)" >&2
 python3 bench/python_frameworks.py "$module" bench/python-frameworks.md
+echo "== Django REST framework, its cache throttle against redis_throttle.django's (bench/django_drf.py)" >&2
+python3 bench/django_drf.py "$module" bench/django.md
 echo "== express and fastify, their usual Redis stores against redis-throttle's (bench/node.mjs)" >&2
 node bench/node.mjs "$module" bench/node.md
