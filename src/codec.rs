@@ -7,26 +7,39 @@
 //!
 //! Version 2 dropped the parameters the windows do not need (each call
 //! brings them): FIXED and SLIDING EXACT keep no `limit` or `period`,
-//! SLIDING keeps its `period` only. Version 3 (today) dropped FIXED's and
+//! SLIDING keeps its `period` only. Version 3 dropped FIXED's and
 //! SLIDING's last change (a call before the window's start counts at the
 //! start). Values of versions 1 and 2, which carried them, still load:
 //! what they carried is checked, then left out. The buckets' words are the
-//! same in every version. Version 4 follows a state's words with its ban:
-//! a word 0 for none, or 3 and the ban's end, length and hits.
+//! same in every version. Version 4 puts a key's ban first: a word 0 and
+//! the state's words, or 3 and the ban's end, length and hits (the state a
+//! ban sets aside is idle, and not written). Version 5
+//! (today) added a second form of the TOKEN type's value, the state
+//! CL.THROTTLE keeps (redis-cell's theoretical arrival time and arguments),
+//! marked by a first word no bucket has.
 
+use crate::limiter::cell::CellState;
 use crate::limiter::{
     Ban, Bucket, Counts, Entry, FixedWindow, LeakyBucket, Limiter, Params, Penalized, SlidingLog, SlidingWindow,
-    TokenBucket, MAX_LIMIT, MAX_PERIOD_US, MAX_TIME_US, MIN_PERIOD_US,
+    TokenBucket, TokenForm, MAX_LIMIT, MAX_PERIOD_US, MAX_TIME_US, MIN_PERIOD_US,
 };
 
 /// The encoding version written today; later releases keep loading it.
-pub const ENCODING_VERSION: i32 = 4;
+pub const ENCODING_VERSION: i32 = 5;
 /// The first encoding with a ban after the state's words.
 const V4: i32 = 4;
 /// The first encoding, still loaded.
 const V1: i32 = 1;
 /// The second, still loaded.
 const V2: i32 = 2;
+/// The first with CL.THROTTLE's own form of a TOKEN value.
+const V5: i32 = 5;
+
+/// The first word of a TOKEN value in CL.THROTTLE's form (version 5 and
+/// later): `u64::MAX`, where a bucket has its level's high word (below
+/// 2^34). Then `tat` (Unix ns) high and low, `max_burst`, `count` and
+/// `period` as `i64` bits: six words, as a bucket's.
+const CELL_MARKER: u64 = u64::MAX;
 
 /// Why a stored value is refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -209,6 +222,11 @@ fn encode_bucket(b: &Bucket, out: &mut dyn FnMut(u64)) {
 fn decode_bucket(version: i32, src: &mut dyn WordSource) -> Result<Bucket, DecodeError> {
     known_version(version)?;
     let high = src.word()?;
+    decode_bucket_after(high, src)
+}
+
+/// A bucket's words after the first (its level's high word).
+fn decode_bucket_after(high: u64, src: &mut dyn WordSource) -> Result<Bucket, DecodeError> {
     let low = src.word()?;
     let level = u128::from(high) << 64 | u128::from(low);
     let updated_at_us = time(src)?;
@@ -219,11 +237,27 @@ fn decode_bucket(version: i32, src: &mut dyn WordSource) -> Result<Bucket, Decod
 
 impl Codec for TokenBucket {
     fn encode(&self, out: &mut dyn FnMut(u64)) {
-        encode_bucket(&self.bucket(), out);
+        match self.form() {
+            TokenForm::Bucket(bucket) => encode_bucket(&bucket, out),
+            TokenForm::Cell(c) => {
+                let words = [CELL_MARKER, (c.tat_ns >> 64) as u64, c.tat_ns as u64];
+                for w in words.into_iter().chain([c.max_burst, c.count, c.period].map(|v| v as u64)) {
+                    out(w);
+                }
+            }
+        }
     }
 
     fn decode(version: i32, src: &mut dyn WordSource) -> Result<Self, DecodeError> {
-        decode_bucket(version, src).map(|b| TokenBucket::from_bucket(&b))
+        known_version(version)?;
+        let first = src.word()?;
+        if first != CELL_MARKER || version < V5 {
+            return decode_bucket_after(first, src).map(|b| TokenBucket::from_bucket(&b));
+        }
+        let tat_ns = u128::from(src.word()?) << 64 | u128::from(src.word()?);
+        let (max_burst, count, period) = (src.word()? as i64, src.word()? as i64, src.word()? as i64);
+        let cell = CellState::new(tat_ns, max_burst, count, period).ok_or(DecodeError::Invalid("cell state"))?;
+        Ok(TokenBucket::from_cell(&cell))
     }
 }
 
@@ -351,6 +385,52 @@ mod tests {
         round_trip(used::<SlidingLog>(p, &calls));
         round_trip(used::<TokenBucket>(p, &calls));
         round_trip(used::<LeakyBucket>(p, &calls));
+    }
+
+    /// CL.THROTTLE's form of a TOKEN value: six words behind a marker no
+    /// bucket has, loaded from version 5 on, checked like the rest.
+    #[test]
+    fn cell_form_round_trips_from_version_5() {
+        let tat = (1u128 << 64) + 123_456_789;
+        for (b, c, p) in [(15, 30, 60), (-5, 1, -60), (1000, 1, 2_592_000), (0, 1, i64::MIN)] {
+            let cell = CellState::new(tat, b, c, p).unwrap();
+            let state = TokenBucket::from_cell(&cell);
+            assert_eq!(state.form(), TokenForm::Cell(cell));
+            round_trip(state.clone());
+            let encoded = words(&state);
+            assert_eq!(encoded, [u64::MAX, 1, 123_456_789, b as u64, c as u64, p as u64]);
+            // Versions 1 to 4 read the marker as a bucket's level: refused.
+            for old in [1, 2, 3, 4] {
+                assert!(TokenBucket::decode(old, &mut encoded.iter().copied()).is_err());
+            }
+        }
+        let good = [u64::MAX, 0, 5, 15, 30, 60];
+        assert!(TokenBucket::decode(5, &mut good.into_iter()).is_ok());
+        let bad: &[([u64; 6], &str)] = &[
+            ([u64::MAX, 0, 0, 15, 30, 60], "no tat"),
+            ([u64::MAX, 4, 0, 15, 30, 60], "tat beyond any call"),
+            ([u64::MAX, 0, 5, 15, 0, 60], "zero rate"),
+            ([u64::MAX, 0, 5, 15, 1_000_000_001, 1], "rate under 1 ns"),
+            ([u64::MAX, 0, 5, i64::MAX as u64, 30, 60], "max_burst + 1 wraps"),
+            ([u64::MAX, 0, 5, 1 << 40, 1, 1 << 40], "tolerance wraps"),
+        ];
+        for (words, why) in bad {
+            assert!(TokenBucket::decode(5, &mut words.iter().copied()).is_err(), "{why}");
+        }
+        // The native buckets' words are unchanged in version 5.
+        let p = Params::new(10, 1_000_000, Some(20)).unwrap();
+        let token = used::<TokenBucket>(p, &[(5, 3)]);
+        let encoded = words(&token);
+        for version in [3, 4, 5] {
+            assert_eq!(TokenBucket::decode(version, &mut encoded.iter().copied()), Ok(token.clone()));
+        }
+        // Behind the ban word of versions 4 and later, as the TOKEN type
+        // stores it.
+        let cell = CellState::new(5, 15, 30, 60).unwrap();
+        let stored = Penalized::new(TokenBucket::from_cell(&cell));
+        round_trip(stored.clone());
+        assert_eq!(words(&stored), [0, u64::MAX, 0, 5, 15, 30, 60]);
+        assert!(Penalized::<TokenBucket>::decode(4, &mut words(&stored).into_iter()).is_err());
     }
 
     /// A refund under a lowered limit stores a count above that limit; it

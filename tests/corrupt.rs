@@ -169,6 +169,16 @@ fn exercise(c: &mut redis::Connection, key: &str, what: &str) {
         // what counts.
         let _: redis::RedisResult<redis::Value> = call(c, &line);
     }
+    if kind == "thr-token" {
+        for quantity in [0, 1, -1, 100] {
+            let line = format!("CL.THROTTLE {key} 15 30 60 {quantity}");
+            match call::<redis::Value>(c, &line) {
+                Ok(redis::Value::Array(v)) => assert_eq!(v.len(), 5, "{what}: {line}"),
+                Ok(other) => panic!("{what}: {line}: {other:?}"),
+                Err(e) => assert!(e.code().is_some(), "{what}: {line}: {e}"),
+            }
+        }
+    }
     let _: redis::RedisResult<redis::Value> = call(c, &format!("THROTTLE.INFO {key}"));
     if let Ok(1) = call::<i64>(c, &format!("EXISTS {key}")) {
         let _: Vec<String> =
@@ -244,10 +254,16 @@ fn corrupt_restore_payloads_never_crash_the_server() {
     let pid: i64 = common::info_field(&mut c, "server", "process_id").and_then(|p| p.parse().ok()).expect("pid");
     let mut rng = Rng(42);
     let mut accepted_flips = 0;
-    for &(kind, key, head, tail, calls) in KEYS {
+    for &(_, _, head, tail, calls) in KEYS {
         for &(cost, dt) in calls {
             throttle(&mut c, &format!("{head} COST {cost} AT {}{tail}", T0 + dt));
         }
+    }
+    // A TOKEN key in CL.THROTTLE's form (on the server's clock: an hour of
+    // debt).
+    let _: Vec<i64> = call(&mut c, "CL.THROTTLE cl 99 1 60 60").expect("CL.THROTTLE");
+    let keys = KEYS.iter().map(|k| (k.0, k.1)).chain([("thr-token (CL.THROTTLE)", "cl")]);
+    for (kind, key) in keys {
         let payload: Vec<u8> = redis::cmd("DUMP").arg(key).query(&mut c).expect("DUMP");
         let dump = Dump::parse(&payload);
         let value = ModuleValue::parse(&dump.body);
@@ -314,10 +330,11 @@ fn corrupt_restore_payloads_never_crash_the_server() {
                 restore(&mut server, &mut c, &dump.seal(&value.encode(&words, true)), &what);
             }
         }
-        // A future encoding version is refused: the id's low 10 bits.
+        // A future encoding version is refused: the id's low 10 bits, one
+        // past today's.
         let mut head = value.head.clone();
         if let Some(last) = head.last_mut() {
-            *last ^= 0b100;
+            *last = last.wrapping_add(1);
         }
         let future = ModuleValue { head, words: value.words.clone() };
         let what = format!("{kind}: another encoding version");
@@ -356,16 +373,36 @@ fn hand_made_load_calls_are_validated() {
     assert_eq!(throttle(&mut c, &format!("THROTTLE.SLIDING good:exact 10 1m COST 0 AT {} EXACT", t + 5)).2, 7);
     ok(&mut c, &format!("THROTTLE._LOAD good:token thr-token 1 0 60000000 {t} 10 60000000 20"));
     ok(&mut c, &format!("THROTTLE._LOAD good:leaky thr-leaky 1 0 0 {t} 10 60000000 20"));
+    // CL.THROTTLE's form of a TOKEN value (version 5): no ban, then the
+    // marker, tat (ns) high and low, max_burst, count, period; negative
+    // arguments as i64 bits.
+    let m = u64::MAX;
+    let tat = (t + 20_000_000) * 1_000;
+    ok(&mut c, &format!("THROTTLE._LOAD good:cell thr-token 5 0 {m} 0 {tat} 15 30 60"));
+    ok(&mut c, &format!("THROTTLE._LOAD good:cell2 thr-token 5 0 {m} 0 {tat} {} 1 {}", -5i64 as u64, -60i64 as u64));
+    let token = throttle(&mut c, &format!("THROTTLE.TOKEN good:cell 30 60s BURST 16 COST 0 AT {t}"));
+    assert_eq!(token, (1, 16, 6, 0, 20_000), "20 s of debt at 2 s a token, 16 tokens");
 
     let bad = [
         // Unknown type or version.
         format!("THROTTLE._LOAD k thr-nope 1 {t} 3 {t} 10 60000000"),
         format!("THROTTLE._LOAD k THR-FIXED 1 {t} 3 {t} 10 60000000"),
         format!("THROTTLE._LOAD k thr-fixed 0 {t} 3 {t} 10 60000000"),
-        format!("THROTTLE._LOAD k thr-fixed 4 {t} 3 {t} 10 60000000"),
+        format!("THROTTLE._LOAD k thr-fixed 6 {t} 3 {t} 10 60000000"),
         format!("THROTTLE._LOAD k thr-fixed -1 {t} 3 {t} 10 60000000"),
         format!("THROTTLE._LOAD k thr-fixed one {t} 3 {t} 10 60000000"),
         format!("THROTTLE._LOAD k thr-fixed 4294967297 {t} 3 {t} 10 60000000"),
+        // CL.THROTTLE's form: not before version 4, a tat in range, a rate
+        // redis-cell runs without wrapping, six words.
+        format!("THROTTLE._LOAD k thr-token 3 {} 0 {} 15 30 60", u64::MAX, t * 1_000),
+        format!("THROTTLE._LOAD k thr-token 4 0 {} 0 {} 15 30 60", u64::MAX, t * 1_000),
+        format!("THROTTLE._LOAD k thr-token 5 0 {} 0 0 15 30 60", u64::MAX),
+        format!("THROTTLE._LOAD k thr-token 5 0 {} 2 0 15 30 60", u64::MAX),
+        format!("THROTTLE._LOAD k thr-token 5 0 {} 0 {} 15 0 60", u64::MAX, t * 1_000),
+        format!("THROTTLE._LOAD k thr-token 5 0 {} 0 {} 15 30 0", u64::MAX, t * 1_000),
+        format!("THROTTLE._LOAD k thr-token 5 0 {} 0 {} {} 30 60", u64::MAX, t * 1_000, i64::MAX),
+        format!("THROTTLE._LOAD k thr-token 5 0 {} 0 {} 15 30", u64::MAX, t * 1_000),
+        format!("THROTTLE._LOAD k thr-token 5 0 {} 0 {} 15 30 60 1", u64::MAX, t * 1_000),
         // Fixed window: count, limit, period, times, window, word count, numbers.
         format!("THROTTLE._LOAD k thr-fixed 1 {t} 1000000000000001 {t} 10 60000000"),
         format!("THROTTLE._LOAD k thr-fixed 1 {t} 0 {t} 10 60000000"),

@@ -16,7 +16,7 @@ mod proptests;
 mod sliding;
 mod sliding_log;
 
-pub use bucket::{Bucket, LeakyBucket, TokenBucket};
+pub use bucket::{Bucket, LeakyBucket, TokenBucket, TokenForm};
 pub use fixed::FixedWindow;
 pub use penalty::{Ban, Detail, Escalation, Penalized, Rules};
 pub(crate) use sliding::Counts;

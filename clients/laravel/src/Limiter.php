@@ -52,14 +52,26 @@ final class Limiter
     }
 
     /**
-     * One limit: `THROTTLE.<ALG> key limit <period>ms [COST n] [AT µs] [BLOCK ms]`.
-     * $blockMs > 0 waits on the server up to that long for the call to be admitted.
+     * One limit: `THROTTLE.<ALG> key limit <period>ms [COST n] [AT µs]
+     * [penalties] [DETAIL] [BLOCK ms]`. $blockMs > 0 waits on the server up
+     * to that long for the call to be admitted (a banned key: until its ban
+     * ends). A call with penalties also asks for DETAIL, so its reply says
+     * the key's hits and ban.
      */
-    public function attempt(string $key, string $algorithm, int $limit, int $periodMs, int $cost = 1, int $blockMs = 0): Reply
-    {
+    public function attempt(
+        string $key, string $algorithm, int $limit, int $periodMs, int $cost = 1, int $blockMs = 0,
+        ?Penalties $penalties = null, bool $detail = false,
+    ): Reply {
         $spec = $this->spec($key, $algorithm, $limit, $periodMs);
         $type = array_shift($spec); // $spec: key, limit, period, flags
         $args = ["THROTTLE.$type", ...$spec, ...self::options($cost)];
+        if ($penalties !== null && !$penalties->isEmpty()) {
+            array_push($args, ...$penalties->words());
+            $detail = true;
+        }
+        if ($detail) {
+            $args[] = 'DETAIL';
+        }
         if ($blockMs > 0) {
             array_push($args, 'BLOCK', $blockMs);
         }
