@@ -148,3 +148,11 @@ def test_same_answers_as_drf(url_settings, settings, rate, seed):
         answers.append((a.status_code, a.get("Retry-After")))
         assert (a.status_code, a.get("Retry-After")) == (b.status_code, b.get("Retry-After")), (clock[0], answers)
     assert {status for status, _ in answers} == {200, 429}  # both outcomes were compared
+
+
+def test_zero_rate(url_settings, r):
+    """"0/min": DRF refuses every request and says to wait the whole duration; so do these, without a command."""
+    view = view_with(timed(ThrottleAnonRateThrottle, "0/min", [1_700_000_000.0]))
+    response = view(APIRequestFactory().get("/"))
+    assert response.status_code == 429 and response["Retry-After"] == "60"
+    assert data_commands(r) == {}
