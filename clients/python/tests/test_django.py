@@ -188,6 +188,10 @@ def test_setting_cache_alias(server, r, settings):
     settings.REDIS_THROTTLE_CONNECTION = "cache:builtin"
     assert hits() == [200, 200]
     assert server.client(db=2).keys("THROTTLE:*")
+    # Django's RedisCache has no close(): its pools would be dropped with their sockets open
+    from django.core.cache import caches
+    for pool in caches["builtin"]._cache._pools.values():
+        pool.disconnect()
     settings.REDIS_THROTTLE_CONNECTION = "cache:default"
     with pytest.raises(ImproperlyConfigured, match="REDIS_THROTTLE_CONNECTION: the cache 'default' is .*LocMemCache"):
         hits()
