@@ -20,12 +20,16 @@
 
 use crate::limiter::cell::CellState;
 use crate::limiter::{
-    Ban, Bucket, Counts, Entry, FixedWindow, LeakyBucket, Limiter, Params, Penalized, SlidingLog, SlidingWindow,
-    TokenBucket, TokenForm, MAX_LIMIT, MAX_PERIOD_US, MAX_TIME_US, MIN_PERIOD_US,
+    Ban, Bucket, Counts, Entry, FixedWindow, LeakyBucket, Lease, Leases, Limiter, Params, Penalized, SlidingLog,
+    SlidingWindow, TokenBucket, TokenForm, MAX_HOLDERS, MAX_LIMIT, MAX_PERIOD_US, MAX_TIME_US, MAX_TOKEN_LEN,
+    MIN_PERIOD_US,
 };
 
 /// The encoding version written today; later releases keep loading it.
 pub const ENCODING_VERSION: i32 = 5;
+/// The first encoding of the lease type (`thr-lease`): no earlier version
+/// wrote one.
+pub const LEASES_SINCE: i32 = V5;
 /// The first encoding with a ban after the state's words.
 const V4: i32 = 4;
 /// The first encoding, still loaded.
@@ -271,6 +275,64 @@ impl Codec for LeakyBucket {
     }
 }
 
+/// Leases (`thr-lease`), from version 5 on ([`LEASES_SINCE`]): the limit, the time of the
+/// latest change, the number of leases, then each lease's end, its
+/// token's length in bytes and the token in words of 8 bytes
+/// (little-endian, the last one padded with zeros).
+impl Codec for Leases {
+    fn encode(&self, out: &mut dyn FnMut(u64)) {
+        for w in [self.limit, self.updated_at_us, self.leases.len() as u64] {
+            out(w);
+        }
+        for lease in &self.leases {
+            out(lease.until_us);
+            out(lease.token.len() as u64);
+            for chunk in lease.token.chunks(8) {
+                let mut word = [0u8; 8];
+                word.iter_mut().zip(chunk).for_each(|(w, b)| *w = *b);
+                out(u64::from_le_bytes(word));
+            }
+        }
+    }
+
+    /// Refuses anything the commands could not have stored: a limit out of
+    /// range, more leases than it, none at all (the key would be gone), a
+    /// lease ended by the latest change or longer than the longest lease,
+    /// a token of bad length or padding, leases out of order or a token
+    /// twice.
+    fn decode(version: i32, src: &mut dyn WordSource) -> Result<Self, DecodeError> {
+        if !(LEASES_SINCE..=ENCODING_VERSION).contains(&version) {
+            return Err(DecodeError::Version);
+        }
+        let limit = src.word()?;
+        check((1..=MAX_HOLDERS).contains(&limit), "limit")?;
+        let updated_at_us = time(src)?;
+        let count = src.word()?;
+        check(count >= 1 && count <= limit, "lease count")?;
+        let mut leases: Vec<Lease> = Vec::with_capacity(count as usize);
+        let mut tokens = std::collections::HashSet::with_capacity(count as usize);
+        for _ in 0..count {
+            let until_us = src.word()?;
+            check(until_us > updated_at_us && until_us - updated_at_us <= MAX_PERIOD_US, "lease end")?;
+            let len = src.word()?;
+            check((1..=MAX_TOKEN_LEN as u64).contains(&len), "token length")?;
+            let len = len as usize;
+            let mut token = Vec::with_capacity(len);
+            for _ in 0..len.div_ceil(8) {
+                let bytes = src.word()?.to_le_bytes();
+                let take = (len - token.len()).min(8);
+                check(bytes.get(take..).unwrap_or_default().iter().all(|&b| b == 0), "token padding")?;
+                token.extend_from_slice(bytes.get(..take).unwrap_or_default());
+            }
+            let lease = Lease { until_us, token: token.into_boxed_slice() };
+            check(leases.last().is_none_or(|last| *last < lease), "lease order")?;
+            check(tokens.insert(lease.token.clone()), "token repeated")?;
+            leases.push(lease);
+        }
+        Ok(Leases { limit, updated_at_us, leases })
+    }
+}
+
 /// The first word of a banned key's value: the ban's words follow, and
 /// nothing else (the state a ban sets aside is idle).
 const BANNED: u64 = 3;
@@ -374,6 +436,50 @@ mod tests {
         let v3 = words(&FixedWindow { window_start_us: 5, count: 1 });
         let loaded = Penalized::<FixedWindow>::decode(3, &mut v3.into_iter()).unwrap();
         assert_eq!(loaded, Penalized::new(FixedWindow { window_start_us: 5, count: 1 }));
+    }
+
+    /// Leases round-trip; every field a hostile payload could bend is
+    /// refused, and versions before leases existed are too.
+    #[test]
+    fn leases_round_trip_and_are_checked() {
+        use crate::limiter::{LeaseParams, Token};
+        let mut leases = Leases::default();
+        let p = LeaseParams::new(3, 10_000_000).unwrap();
+        for (at, token) in [(5, &b"a"[..]), (6, b"a-token-longer-than-eight"), (7, &[0xff; MAX_TOKEN_LEN][..])] {
+            assert!(leases.acquire(&p, Token::new(token).unwrap(), at).decision.allowed);
+        }
+        round_trip(leases.clone());
+        let encoded = words(&leases);
+        assert_eq!(Leases::decode(LEASES_SINCE - 1, &mut encoded.iter().copied()), Err(DecodeError::Version));
+        let decode = |w: &[u64]| Leases::decode(ENCODING_VERSION, &mut w.iter().copied());
+        let with = |at: usize, value: u64| {
+            let mut w = encoded.clone();
+            w[at] = value;
+            w
+        };
+        // [limit, updated_at, count, until, len, token...]
+        assert_eq!(decode(&with(0, 0)), Err(DecodeError::Invalid("limit")));
+        assert_eq!(decode(&with(0, MAX_HOLDERS + 1)), Err(DecodeError::Invalid("limit")));
+        assert_eq!(decode(&with(0, 2)), Err(DecodeError::Invalid("lease count")));
+        assert_eq!(decode(&with(1, MAX_TIME_US + 1)), Err(DecodeError::Invalid("time")));
+        assert_eq!(decode(&with(2, 0)), Err(DecodeError::Invalid("lease count")));
+        assert_eq!(decode(&with(2, u64::MAX)), Err(DecodeError::Invalid("lease count")));
+        assert_eq!(decode(&with(3, 7)), Err(DecodeError::Invalid("lease end")), "ended by the latest change");
+        assert_eq!(decode(&with(3, 7 + MAX_PERIOD_US + 1)), Err(DecodeError::Invalid("lease end")));
+        assert_eq!(decode(&with(4, 0)), Err(DecodeError::Invalid("token length")));
+        assert_eq!(decode(&with(4, MAX_TOKEN_LEN as u64 + 1)), Err(DecodeError::Invalid("token length")));
+        assert_eq!(decode(&with(5, 0x161)), Err(DecodeError::Invalid("token padding")));
+        // The second lease (ends at 6 s + 5 µs... ) moved before the first.
+        assert_eq!(decode(&with(6, 1)), Err(DecodeError::Invalid("lease end")));
+        let mut twice = Leases::default();
+        twice.acquire(&p, Token::new(b"a").unwrap(), 5);
+        twice.acquire(&p, Token::new(b"b").unwrap(), 6);
+        let mut w = words(&twice);
+        w[0] = 3;
+        w[8] = w[5]; // "b" becomes "a"
+        assert_eq!(decode(&w), Err(DecodeError::Invalid("token repeated")));
+        w[6] = w[3]; // the same end too: out of order
+        assert_eq!(decode(&w), Err(DecodeError::Invalid("lease order")));
     }
 
     #[test]

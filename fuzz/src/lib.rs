@@ -14,7 +14,8 @@
 //!   `Codec::decode` for versions 0 to 3. A decoded state re-encodes to
 //!   exactly the words read, then runs calls and refunds with parameters,
 //!   costs and times taken from the remaining words; after each, what the
-//!   module would store still decodes to itself.
+//!   module would store still decodes to itself. Leases likewise, driven
+//!   by acquisitions, releases and renewals.
 //! - [`algorithms`]: call sequences on each limiter against simple models
 //!   (exact ones for the windows and the log, the token-bucket bound for
 //!   the buckets); every reply's `remaining`, `retry_after` and
@@ -24,10 +25,10 @@ use std::collections::BTreeMap;
 use std::fmt::Debug;
 
 use redis_throttle::args::{self, Algorithm, ArgError, Call, Spec, TtlFrom, MAX_BLOCK_MS};
-use redis_throttle::codec::{Codec, DecodeError, ENCODING_VERSION};
+use redis_throttle::codec::{Codec, DecodeError, ENCODING_VERSION, LEASES_SINCE};
 use redis_throttle::limiter::{
-    Decision, Escalation, FixedWindow, LeakyBucket, Limiter, Params, Penalized, Rules, SlidingLog, SlidingWindow,
-    TokenBucket, MAX_LIMIT, MAX_PERIOD_US, MAX_TIME_US, MIN_PERIOD_US, NEVER,
+    Decision, Escalation, FixedWindow, LeakyBucket, LeaseParams, Leases, Limiter, Params, Penalized, Rules, SlidingLog,
+    SlidingWindow, Token, TokenBucket, MAX_HOLDERS, MAX_LIMIT, MAX_PERIOD_US, MAX_TIME_US, MIN_PERIOD_US, NEVER,
 };
 
 /// The largest `reset_after` or `retry_after` any algorithm may answer, in
@@ -285,6 +286,7 @@ pub fn decode_state(data: &[u8]) {
     decode_penalized::<SlidingLog>(&words);
     decode_penalized::<TokenBucket>(&words);
     decode_penalized::<LeakyBucket>(&words);
+    decode_leases_then_run(&words);
 }
 
 /// A stored key's value as the module keeps it (a state and the ban it
@@ -320,6 +322,52 @@ fn decode_penalized<T: State>(words: &[u64]) {
         assert!(decision.remaining <= decision.limit, "{}: {decision:?}", T::NAME);
         if let Some(b) = state.ban() {
             assert!(b.length_us() <= MAX_PERIOD_US && b.hits() <= MAX_LIMIT, "{}: {b:?}", T::NAME);
+        }
+    }
+}
+
+/// Leases: a decoded value is well formed and re-encodes as read; the
+/// remaining words drive acquisitions, releases and renewals, each in
+/// fives (kind, token, limit, lease, time), after each of which the state
+/// is well formed, round-trips, and holds no more leases than its limit.
+fn decode_leases_then_run(words: &[u64]) {
+    for version in 0..=ENCODING_VERSION + 1 {
+        let mut source = words.iter().copied();
+        let decoded = Leases::decode(version, &mut source);
+        let Ok(mut state) = decoded else { continue };
+        assert!((LEASES_SINCE..=ENCODING_VERSION).contains(&version), "leases: version {version} accepted");
+        assert!(state.well_formed(), "leases: decoded an unsound state {state:?}");
+        let consumed = words.len() - source.len();
+        assert_eq!(encode(&state), words[..consumed], "leases: not re-encoded as read");
+        for op in words[consumed..].chunks_exact(5) {
+            let &[kind, token, limit, lease, at] = op else { continue };
+            let Some(token) = Token::new(format!("t{}", token % 8).as_bytes()) else { continue };
+            let lease = (lease % MAX_PERIOD_US).max(MIN_PERIOD_US) / 1_000 * 1_000;
+            let now = at.min(MAX_TIME_US);
+            let before = state.clone();
+            let changed = match kind % 3 {
+                0 => {
+                    let Ok(params) = LeaseParams::new(limit % (MAX_HOLDERS + 1), lease) else { continue };
+                    let checked = state.check(&params, Some(token.as_bytes()), now);
+                    let outcome = state.acquire(&params, token, now);
+                    assert_eq!(checked, outcome.decision, "leases: check disagrees");
+                    let live = state.live(state.effective(now)).len() as u64;
+                    assert!(!outcome.decision.allowed || live <= params.limit().max(before.limit()), "over the limit");
+                    outcome.effect.is_some()
+                }
+                1 => state.release(token, now).is_some(),
+                _ => state.renew(token, lease, now).is_some(),
+            };
+            if !changed {
+                assert_eq!(state, before, "leases: a refused call changed the state");
+            }
+            if state.is_empty() {
+                state = Leases::default();
+                continue;
+            }
+            assert!(state.well_formed(), "leases: a call left an unsound state {state:?}");
+            let again = Leases::decode(ENCODING_VERSION, &mut encode(&state).into_iter());
+            assert_eq!(again.as_ref(), Ok(&state), "leases: does not round-trip");
         }
     }
 }

@@ -8,6 +8,10 @@
 //! `updated_at`. The buckets keep their parameters and report them with
 //! `remaining`. A TOKEN key CL.THROTTLE changed last reports redis-cell's
 //! arguments and theoretical arrival time instead.
+//!
+//! A lease key reports its limit (the latest acquisition's), its holders
+//! now and what is left under that limit, and lists each lease held: its
+//! token, the instant it ends (Unix µs) and the ms left until then.
 
 use std::ffi::CStr;
 
@@ -15,7 +19,7 @@ use super::ffi::{self, Ctx, Key, RString, Slot};
 use super::types::{FixedState, Stored};
 use crate::args::{parse_at, ArgError};
 use crate::limiter::{
-    Bucket, FixedWindow, LeakyBucket, Limiter, Penalized, SlidingLog, SlidingWindow, TokenBucket, TokenForm,
+    Bucket, FixedWindow, LeakyBucket, Leases, Limiter, Penalized, SlidingLog, SlidingWindow, TokenBucket, TokenForm,
 };
 
 /// A field's name and value.
@@ -135,7 +139,8 @@ pub(crate) fn info(ctx: Ctx, argv: &[RString]) {
         || describe::<SlidingWindow>(ctx, &mut key, now_us)
         || describe::<SlidingLog>(ctx, &mut key, now_us)
         || describe::<TokenBucket>(ctx, &mut key, now_us)
-        || describe::<LeakyBucket>(ctx, &mut key, now_us);
+        || describe::<LeakyBucket>(ctx, &mut key, now_us)
+        || describe_leases(ctx, &mut key, now_us);
     if !described {
         match key.slot::<FixedState>(FixedState::redis_type()) {
             Slot::Empty => ffi::reply_null(ctx),
@@ -166,6 +171,39 @@ where
     for (name, value) in fields {
         ffi::reply_simple(ctx, name.as_ptr());
         ffi::reply_integer(ctx, value);
+    }
+    true
+}
+
+/// Replies and returns true when the key holds leases. Ended leases,
+/// still stored until the key next changes, are not shown.
+fn describe_leases(ctx: Ctx, key: &mut Key, now_us: u64) -> bool {
+    let Slot::Mine(leases) = key.slot::<Leases>(Leases::redis_type()) else { return false };
+    let now_us = leases.effective(now_us);
+    let live = leases.live(now_us);
+    let limit = leases.limit();
+    let now = leases.decision(limit, now_us, true);
+    let fields: [Field; 5] = [
+        (c"limit", int(limit)),
+        (c"holders", int(live.len() as u64)),
+        (c"remaining", int(now.remaining)),
+        (c"updated_at", int(leases.updated_at_us())),
+        (c"reset_after", int(now.reset_after_ms)),
+    ];
+    ffi::reply_map(ctx, fields.len() + 2);
+    ffi::reply_simple(ctx, ffi::cstr!("algorithm"));
+    ffi::reply_string(ctx, b"lease");
+    for (name, value) in fields {
+        ffi::reply_simple(ctx, name.as_ptr());
+        ffi::reply_integer(ctx, value);
+    }
+    ffi::reply_simple(ctx, ffi::cstr!("leases"));
+    ffi::reply_array(ctx, live.len());
+    for lease in live {
+        ffi::reply_array(ctx, 3);
+        ffi::reply_string(ctx, &lease.token);
+        ffi::reply_integer(ctx, int(lease.until_us));
+        ffi::reply_integer(ctx, int((lease.until_us - now_us).div_ceil(1000)));
     }
     true
 }
