@@ -80,10 +80,12 @@ CACHES = {
         "ignore::pytest.PytestUnraisableExceptionWarning")),
 ])
 def test_flood(server, r, settings, wsgi_server, capsys, cache):
-    # room in the caches' connection pools for every request at once (redis-py's default is 100)
+    # Room in the cache's connection pool for every request at once (redis-py's default is 100). django-redis
+    # keeps one pool per URL for the process, made with the options of the first cache on that URL: a
+    # database no other test's cache uses gets a pool with these.
     options = {"CONNECTION_POOL_KWARGS": {"max_connections": 2 * REQUESTS}} if cache == "django-redis" \
         else {"max_connections": 2 * REQUESTS}
-    settings.CACHES = {"default": {"BACKEND": CACHES[cache], "LOCATION": f"redis://{server.url}/0",
+    settings.CACHES = {"default": {"BACKEND": CACHES[cache], "LOCATION": f"redis://{server.url}/9",
                                    "OPTIONS": options}}
     settings.REDIS_THROTTLE_CONNECTION = f"redis://{server.url}/0"
 
@@ -96,6 +98,7 @@ def test_flood(server, r, settings, wsgi_server, capsys, cache):
     theirs = flood(wsgi_server, "/api/flood/cache")
     assert set(theirs) <= {200, 429}
     assert theirs.count(200) >= LIMIT
+    assert server.client(db=9).keys("*") == [b":1:throttle_flood_127.0.0.1"]  # DRF's history, in the cache
     with capsys.disabled():
         print(f"\nflood on {server_name()}: {REQUESTS} requests at once on a {LIMIT}/min view, admitted: "
               f"ThrottleAnonRateThrottle {native.count(200)}, @throttle {decorator.count(200)}, "
