@@ -272,6 +272,34 @@ pub fn info_field(c: &mut redis::Connection, section: &str, field: &str) -> Opti
     info.lines().find_map(|l| l.strip_prefix(&prefix)).map(|v| v.trim().to_string())
 }
 
+/// One command's line of `INFO commandstats` (`cmdstat_<name>`, the name as
+/// the server spells it, e.g. `THROTTLE.ALL`, `command|getkeys`): its
+/// calls and the server's time in them, in µs, since the last
+/// `CONFIG RESETSTAT`. (0, 0) for a command not called yet.
+pub fn command_stats(c: &mut redis::Connection, name: &str) -> (u64, u64) {
+    let Some(line) = info_field(c, "commandstats", &format!("cmdstat_{name}")) else { return (0, 0) };
+    let field = |key: &str| -> u64 {
+        let value = line.split(',').find_map(|f| f.strip_prefix(key)).unwrap_or_else(|| panic!("no {key} in {line}"));
+        value.parse().unwrap_or_else(|_| panic!("{key}{value} in {line}"))
+    };
+    (field("calls="), field("usec="))
+}
+
+/// The CPU time the server's main thread has used, in µs (`INFO cpu`,
+/// user and system): unlike the wall time a command takes, it does not
+/// grow while the machine runs other processes.
+pub fn main_thread_cpu_us(c: &mut redis::Connection) -> u64 {
+    let info: String = redis::cmd("INFO").arg("cpu").query(c).expect("INFO cpu");
+    let seconds = |field: &str| -> f64 {
+        let prefix = format!("{field}:");
+        let value =
+            info.lines().find_map(|l| l.strip_prefix(&prefix)).unwrap_or_else(|| panic!("no {field} in {info}"));
+        value.trim().parse().unwrap_or_else(|_| panic!("{field}:{value}"))
+    };
+    let total = seconds("used_cpu_user_main_thread") + seconds("used_cpu_sys_main_thread");
+    (total * 1e6).round() as u64
+}
+
 /// Waits until no AOF rewrite runs or is scheduled.
 pub fn wait_aof_rewrite_done(c: &mut redis::Connection) {
     wait_until("the AOF rewrite to finish", Duration::from_secs(20), || {
