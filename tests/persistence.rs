@@ -125,6 +125,32 @@ fn aof_file(dir: &Path, kind: &str) -> (String, Vec<u8>) {
     (name, bytes)
 }
 
+/// The RDB version an RDB file's header names: `REDIS` and four digits
+/// (Redis; Valkey before 9), or `VALKEY` and three (Valkey 9: RDB 80 and
+/// later). None for anything else.
+fn rdb_file_version(file: &[u8]) -> Option<u16> {
+    let (digits, rest) = if let Some(rest) = file.strip_prefix(b"REDIS") {
+        (4, rest)
+    } else if let Some(rest) = file.strip_prefix(b"VALKEY") {
+        (3, rest)
+    } else {
+        return None;
+    };
+    let digits = rest.get(..digits)?;
+    if !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(digits).ok()?.parse().ok()
+}
+
+/// The RDB version this server writes: the two bytes before the CRC that
+/// end a DUMP payload.
+fn server_rdb_version(c: &mut redis::Connection, key: &str) -> u16 {
+    let payload: Vec<u8> = redis::cmd("DUMP").arg(key).query(c).expect("DUMP");
+    let at = payload.len().checked_sub(10).unwrap_or_else(|| panic!("a DUMP payload: {payload:?}"));
+    u16::from_le_bytes([payload[at], payload[at + 1]])
+}
+
 fn contains(haystack: &[u8], needle: &str) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle.as_bytes())
 }
@@ -169,7 +195,14 @@ fn restart_from_aof_with_rdb_preamble_keeps_every_type() {
     let (mut server, mut c, specs, before) = server_with_keys(&["--appendonly", "yes"]);
     rewrite_aof(&mut c);
     let (name, base) = aof_file(server.dir.path(), "b");
-    assert!(name.ends_with(".rdb") && base.starts_with(b"REDIS"), "the base {name} is an RDB");
+    let version = server_rdb_version(&mut c, &specs[0].key);
+    let head = String::from_utf8_lossy(&base[..base.len().min(9)]).into_owned();
+    assert!(name.ends_with(".rdb"), "the base {name} is an RDB");
+    assert_eq!(
+        rdb_file_version(&base),
+        Some(version),
+        "the base {name} starts {head:?}: not an RDB of version {version}"
+    );
     assert!(!contains(&base, "THROTTLE._LOAD"), "{name} holds the values in RDB form");
     server.restart("NOSAVE");
     assert!(!server.dir.path().join("dump.rdb").exists(), "loaded from the AOF, not an RDB");
