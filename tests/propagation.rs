@@ -10,9 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{
-    call, digest, info_field, same_values_on_replica, wait_aof_rewrite_done, wait_until, KeyTtls, Rng, Server,
-};
+use common::{call, digest, info_field, same_values_on_replica, wait_aof_rewrite_done, wait_until, Rng, Server};
 
 /// 200 keys, 40 of each kind, with limits high enough that calls keep
 /// being admitted and periods long enough that nothing expires while a
@@ -80,16 +78,13 @@ impl Loader {
 }
 
 /// After `WAIT`, the replica holds every key of the master with the same
-/// value and about the same TTL.
+/// value, expiring at the same instant.
 fn assert_replica_matches(m: &mut redis::Connection, r: &mut redis::Connection) {
     common::sync(m);
     let keys = same_values_on_replica(m, r);
     assert!(keys.len() >= 150, "most keys exist: {}", keys.len());
-    for KeyTtls { name, on_master, on_replica } in keys {
-        assert!(
-            on_master > 0 && (on_replica - on_master).abs() <= 100,
-            "{name}: PTTL {on_master} on the master, {on_replica} on the replica"
-        );
+    for (name, expire_at) in keys {
+        assert!(expire_at > 0, "{name} expires at {expire_at}");
     }
 }
 

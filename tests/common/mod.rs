@@ -316,17 +316,13 @@ pub fn digest(c: &mut redis::Connection, key: &str) -> String {
     v.into_iter().next().unwrap_or_default()
 }
 
-/// A key's PTTL on the master and on its replica.
-pub struct KeyTtls {
-    pub name: String,
-    pub on_master: i64,
-    pub on_replica: i64,
-}
-
 /// Checks that the replica holds every key of the master (equal DBSIZE)
-/// with the same value (DEBUG DIGEST-VALUE); returns each key's PTTLs for
-/// the caller's own bound. Call after `WAIT`.
-pub fn same_values_on_replica(m: &mut redis::Connection, r: &mut redis::Connection) -> Vec<KeyTtls> {
+/// with the same value (DEBUG DIGEST-VALUE), expiring at the same instant
+/// (PEXPIRETIME: the master sets the instant and sends it, so a replica's
+/// keys expire when the master's do, however late it applied them).
+/// Returns each key's name and that instant (-1 for none). Call after
+/// `WAIT`.
+pub fn same_values_on_replica(m: &mut redis::Connection, r: &mut redis::Connection) -> Vec<(String, i64)> {
     let names: Vec<String> = call(m, "KEYS *").expect("KEYS");
     let master_size: i64 = call(m, "DBSIZE").expect("DBSIZE");
     let replica_size: i64 = call(r, "DBSIZE").expect("DBSIZE");
@@ -335,9 +331,10 @@ pub fn same_values_on_replica(m: &mut redis::Connection, r: &mut redis::Connecti
         .into_iter()
         .map(|name| {
             assert_eq!(digest(m, &name), digest(r, &name), "value of {name}");
-            let on_master: i64 = call(m, &format!("PTTL {name}")).expect("PTTL");
-            let on_replica: i64 = call(r, &format!("PTTL {name}")).expect("PTTL");
-            KeyTtls { name, on_master, on_replica }
+            let on_master: i64 = call(m, &format!("PEXPIRETIME {name}")).expect("PEXPIRETIME");
+            let on_replica: i64 = call(r, &format!("PEXPIRETIME {name}")).expect("PEXPIRETIME");
+            assert_eq!(on_master, on_replica, "the instant {name} expires at, on the master and on the replica");
+            (name, on_master)
         })
         .collect()
 }
