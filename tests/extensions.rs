@@ -217,19 +217,22 @@ fn block_waits_until_the_call_can_succeed_on_every_command() {
     let server = Server::start();
     let mut c = open(&server.url());
     // (command, key and quota, trailing options): each admits one call,
-    // then frees a unit within ~600 ms. The blocked call may wait a minute:
-    // only the module's own wake-up when the unit frees answers it before
-    // the read gives up.
+    // then frees a unit within 1 to 2 s. The key loses its TTL (its expiry
+    // would wake the waiter as the unit frees) and the blocked call may
+    // wait a minute: only the module's own timer, set for when the unit
+    // frees, answers it before the read gives up.
     let cases = [
-        ("THROTTLE.FIXED", "b:fixed 1 300ms", ""),
-        ("THROTTLE.SLIDING", "b:sliding 1 300ms", ""),
-        ("THROTTLE.SLIDING", "b:exact 1 300ms", " EXACT"),
-        ("THROTTLE.TOKEN", "b:token 5 1s", " BURST 1"),
-        ("THROTTLE.LEAKY", "b:leaky 5 1s", " BURST 1"),
+        ("THROTTLE.FIXED", "b:fixed 1 1s", ""),
+        ("THROTTLE.SLIDING", "b:sliding 1 1s", ""),
+        ("THROTTLE.SLIDING", "b:exact 1 1s", " EXACT"),
+        ("THROTTLE.TOKEN", "b:token 1 1s", " BURST 1"),
+        ("THROTTLE.LEAKY", "b:leaky 1 1s", " BURST 1"),
     ];
     for (name, args, tail) in cases {
         let plain = format!("{name} {args}{tail}");
         assert_eq!(throttle(&mut c, &plain).0, 1, "{plain}: first call");
+        let key = args.split(' ').next().unwrap_or_default();
+        assert_eq!(call::<i64>(&mut c, &format!("PERSIST {key}")).expect("PERSIST"), 1, "{key}");
         let before = Instant::now();
         let probe = throttle(&mut c, &plain);
         assert_eq!((probe.0, probe.2), (0, 0), "{plain}: the second call is limited: {probe:?}");
@@ -428,7 +431,7 @@ fn inside_multi_and_scripts_block_answers_at_once() {
 fn a_waiter_that_disconnects_leaves_nothing_behind() {
     let server = Server::start();
     let mut c = open(&server.url());
-    let line = "THROTTLE.FIXED leaves 1 600ms";
+    let line = "THROTTLE.FIXED leaves 1 1h";
     assert_eq!(throttle(&mut c, line).0, 1);
     let gone = send_raw(server.port, &format!("{line} BLOCK 0"));
     wait_until("the raw client to wait", Duration::from_secs(5), || {
@@ -438,10 +441,12 @@ fn a_waiter_that_disconnects_leaves_nothing_behind() {
     wait_until("the module to forget the client", Duration::from_secs(5), || {
         waiting(&mut c) == 0 && blocked_clients(&mut c) == 0
     });
-    // The next caller gets the next window: the one that left took nothing
-    // (had it been admitted, it would count, and this call would wait for
-    // the window after).
-    let got = throttle(&mut c, &format!("{line} BLOCK 60000"));
+    // The next caller waits, and gets the unit once the key is gone: the
+    // one that left took nothing (had it been admitted, it would count, and
+    // this call would wait on).
+    let next = Waiter::queued(&server.url(), &mut c, &format!("{line} BLOCK 60000"), 1);
+    assert_eq!(call::<i64>(&mut c, "DEL leaves").expect("DEL"), 1);
+    let (got, _) = next.reply();
     assert_eq!(got.0, 1, "{got:?}");
     assert_eq!((waiting(&mut c), blocked_clients(&mut c)), (0, 0));
     assert_eq!(counters(&mut c, "fixed").admitted, 2, "the client that left was never admitted");
