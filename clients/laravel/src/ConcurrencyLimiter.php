@@ -24,7 +24,8 @@ use InvalidArgumentException;
  * retries every 250 ms (`$sleep`, accepted here and ignored). After the
  * callback, returned or thrown, the lease is released with its own token,
  * so a late release never frees another holder's slot; a holder that dies
- * loses its slot when its lease ends. A refusal throws
+ * loses its slot when its lease ends; a long callback can renew() its
+ * lease as it goes. A refusal throws
  * ThrottleTimeoutException, a LimiterTimeoutException that carries the
  * reply.
  *
@@ -63,6 +64,8 @@ class ConcurrencyLimiter
 
     private Limiter $limiter;
     private int $leaseMs;
+    /** The token of the lease block()'s callback holds, while it runs. */
+    private ?string $holding = null;
 
     /**
      * @param Connection $redis
@@ -115,12 +118,34 @@ class ConcurrencyLimiter
         if (!is_callable($callback)) {
             return true;
         }
+        $this->holding = $token;
         try {
             return $callback();
         } finally {
+            $this->holding = null;
             $released = $this->release($this->name, $token);
             $this->released = $released === null ? null : (bool) $released;
         }
+    }
+
+    /**
+     * From inside block()'s callback: the lease it holds now ends
+     * $releaseAfter (seconds or a DateInterval; default the constructor's)
+     * from now, a heartbeat for work that may outlast it (the module's
+     * `THROTTLE.RENEW`). True when the lease was still held; false when it
+     * had ended, and the slot may be someone else's: stop, or acquire again.
+     *
+     * @param int|DateInterval|null $releaseAfter
+     *
+     * @throws \LogicException outside a callback of block()
+     */
+    public function renew($releaseAfter = null): bool
+    {
+        if ($this->holding === null) {
+            throw new \LogicException("ConcurrencyLimiter('{$this->name}')->renew() renews the lease of block()'s callback while it runs");
+        }
+        $ms = $releaseAfter === null ? $this->leaseMs : Penalties::lengthMs($releaseAfter, "ConcurrencyLimiter('{$this->name}')->renew()");
+        return $this->limiter->renew($this->name, $this->holding, $ms);
     }
 
     /**

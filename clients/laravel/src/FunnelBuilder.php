@@ -23,7 +23,8 @@ use InvalidArgumentException;
  * held waits on the server, in arrival order, and is let in the moment a
  * slot frees; no polling. After the callback, returned or thrown, its lease
  * is released with its own token; a worker that dies loses its slot when
- * the lease ends (`releaseAfter()`).
+ * the lease ends (`releaseAfter()`), and a long callback keeps it with
+ * `renew()`.
  */
 class FunnelBuilder
 {
@@ -48,6 +49,9 @@ class FunnelBuilder
 
     /** releaseAfter() as given when it was a DateInterval, kept to the ms. */
     private ?DateInterval $releaseAfterInterval = null;
+
+    /** The limiter whose block() runs then()'s callback, while it runs. */
+    private ?ConcurrencyLimiter $running = null;
 
     public function __construct(
         public Connection $connection,
@@ -109,6 +113,28 @@ class FunnelBuilder
     }
 
     /**
+     * From inside then()'s callback: its lease now ends $releaseAfter
+     * (seconds or a DateInterval; default releaseAfter()'s) from now, a
+     * heartbeat for a job that may outlast its lease. True when the lease
+     * was still held; false when it had ended and the slot may be someone
+     * else's.
+     *
+     * @param int|DateInterval|null $releaseAfter
+     *
+     * @throws \LogicException outside then()'s callback
+     */
+    public function renew($releaseAfter = null): bool
+    {
+        if ($this->running === null) {
+            throw new \LogicException("funnelNative('{$this->name}')->renew() renews the lease of then()'s callback while it runs");
+        }
+        if ($releaseAfter !== null) {
+            Penalties::lengthMs($releaseAfter, "funnelNative('{$this->name}')->renew()");
+        }
+        return $this->running->renew($releaseAfter);
+    }
+
+    /**
      * Runs $callback once a slot is held (within block() seconds), releases
      * the slot after it (also when it throws) and returns its result; else
      * returns $failure($exception), or throws ThrottleTimeoutException, a
@@ -129,7 +155,12 @@ class FunnelBuilder
         try {
             return $limiter->block($this->timeout, function () use ($limiter, $callback) {
                 $this->reply = $limiter->reply;
-                return $callback();
+                $this->running = $limiter;
+                try {
+                    return $callback();
+                } finally {
+                    $this->running = null;
+                }
             });
         } catch (LimiterTimeoutException $e) {
             if ($failure !== null) {

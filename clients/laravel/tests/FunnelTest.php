@@ -148,6 +148,48 @@ final class FunnelTest extends TestCase
     }
 
     /**
+     * renew() inside the callback: a heartbeat that keeps the slot past
+     * releaseAfter(), until the lease has ended anyway.
+     *
+     * @dataProvider clients
+     */
+    public function testRenewKeepsTheSlotWhileTheCallbackRuns(string $client): void
+    {
+        $this->app($client);
+        $this->setClock(0);
+        $builder = Redis::funnelNative('report')->limit(1)->releaseAfter(10)->block(0);
+        $other = fn () => Redis::funnelNative('report')->limit(1)->block(0)
+            ->then(fn () => 'other ran', fn ($e) => "other refused for {$e->reply->retryAfterMs} ms");
+        $steps = $builder->then(function () use ($builder, $other) {
+            $steps = [];
+            $this->setClock(8);
+            $steps[] = $builder->renew(); // ends at 18 s
+            $this->setClock(17.999);
+            $steps[] = $other();
+            $steps[] = $builder->renew(CarbonInterval::milliseconds(1500)); // ends at 19.499 s
+            $this->setClock(19.499);
+            $steps[] = $builder->renew(); // too late
+            $steps[] = $other();
+            return $steps;
+        });
+        $this->assertSame([true, 'other refused for 1 ms', true, false, 'other ran'], $steps);
+        $this->assertFalse($builder->released);
+
+        foreach ([fn () => $builder->renew(), fn () => $builder->then(fn () => $builder->renew(0))] as $call) {
+            try {
+                $call();
+                $this->fail('no exception');
+            } catch (\LogicException | InvalidArgumentException $e) {
+                $messages[] = $e->getMessage();
+            }
+        }
+        $this->assertSame([
+            "funnelNative('report')->renew() renews the lease of then()'s callback while it runs",
+            "funnelNative('report')->renew() must be from 1 to 315360000 seconds (3650 days) or a DateInterval; got 0",
+        ], $messages);
+    }
+
+    /**
      * Waiters get their slots in arrival order. A test holds the only
      * slot; five worker processes (tests/Support/funnel_worker.php, each its
      * own Laravel connection) call block(10) one after another, each
