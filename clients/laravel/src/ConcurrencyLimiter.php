@@ -118,11 +118,11 @@ class ConcurrencyLimiter
         if (!is_callable($callback)) {
             return true;
         }
-        $this->holding = $token;
+        [$outer, $this->holding] = [$this->holding, $token];
         try {
             return $callback();
         } finally {
-            $this->holding = null;
+            $this->holding = $outer; // a block() nested in the callback on the same limiter
             $released = $this->release($this->name, $token);
             $this->released = $released === null ? null : (bool) $released;
         }

@@ -148,6 +148,34 @@ final class FunnelTest extends TestCase
     }
 
     /**
+     * Laravel's protected acquire($id) and release($key, $id), as a
+     * subclass calls them: one try with the lease named by $id (the same
+     * $id again renews it, taking no second slot), and a release by it.
+     *
+     * @dataProvider clients
+     */
+    public function testAcquireAndReleaseForSubclasses(string $client): void
+    {
+        $this->app($client);
+        $this->setClock(0);
+        $limiter = new class (Redis::connection(), 'workers', 1, 60, 'throttle:') extends ConcurrencyLimiter {
+            public function tryOnce(string $id): string|false
+            {
+                return $this->acquire($id);
+            }
+
+            public function give(string $id): bool
+            {
+                return $this->release($this->name, $id);
+            }
+        };
+        $this->assertSame(['worker-7', 'worker-7', false, true, false, 'worker-8'], [
+            $limiter->tryOnce('worker-7'), $limiter->tryOnce('worker-7'), $limiter->tryOnce('worker-8'),
+            $limiter->give('worker-7'), $limiter->give('worker-7'), $limiter->tryOnce('worker-8'),
+        ]);
+    }
+
+    /**
      * renew() inside the callback: a heartbeat that keeps the slot past
      * releaseAfter(), until the lease has ended anyway.
      *
