@@ -6,8 +6,9 @@
 # bench/results.md and bench/chart.svg (bench/report.py, from the
 # measurements it keeps in bench/e2e-<server>.json), and one side-by-side
 # table per server on stdout; then a ban check against an ordinary call
-# (bench/penalties.md), and the Python and Node packages through their
-# frameworks (bench/python-frameworks.md, bench/node.md).
+# (bench/penalties.md), the Python and Node packages through their
+# frameworks (bench/python-frameworks.md, bench/node.md), and the Rust
+# tower layer in axum (bench/rust-layer.md).
 #
 # Honours CARGO_TARGET_DIR (default target/) to find the module and the
 # criterion results, CARGO (default cargo), BENCH_CELL (a redis-cell build
@@ -71,3 +72,6 @@ echo "== Flask-Limiter and SlowAPI, redis:// against throttle:// (bench/python_f
 python3 bench/python_frameworks.py "$module" bench/python-frameworks.md
 echo "== express and fastify, their usual Redis stores against redis-throttle's (bench/node.mjs)" >&2
 node bench/node.mjs "$module" bench/node.md
+echo "== axum: tower_governor, INCR+EXPIRE and the redis-throttle tower layer (bench/rust-layer)" >&2
+(cd bench/rust-layer && "$cargo" build --release --quiet)
+bench/rust-layer/target/release/rust-layer-bench "$(realpath "$module")" bench/rust-layer.md
