@@ -225,7 +225,7 @@ fn penalties_reach_the_replica_and_the_aof_exactly() {
     let after: Vec<String> = keys.iter().map(|k| digest(&mut m, k)).collect();
     assert_eq!(before, after, "values after reloading the AOF");
     let with_bans =
-        banned.iter().filter(|k| map(&mut m, &format!("THROTTLE.INFO {k} AT {T}")).contains_key("banned")).count();
+        keys.iter().filter(|k| map(&mut m, &format!("THROTTLE.INFO {k} AT {T}")).contains_key("banned")).count();
     assert!(with_bans > 5, "{with_bans} keys hold a ban");
 }
 
