@@ -15,9 +15,16 @@
 //              retries every retryInterval ms).
 //
 // Every client has a connection of its own (a blocked call holds its
-// connection; a PHP worker or a Node process has its own too). The rounds
-// alternate between the implementations; each round is WARMUP s, then
-// SECONDS s measured. Reported, over the measured seconds of every round:
+// connection; a PHP worker or a Node process has its own too). Two loads:
+//
+//   steady     each client asks, holds, releases, thinks THINK_MS, asks
+//              again; ROUNDS rounds alternating between the
+//              implementations, each WARMUP s, then SECONDS s measured.
+//   burst      the clients ask at once and each takes the slot once; one
+//              burst to warm up, then BURSTS measured. Nobody comes back,
+//              so every handover goes to a client already waiting.
+//
+// Reported, over the measured time:
 //
 //   handover   from one holder's release to the next holder's start, in the
 //              clients (one process, one monotonic clock): the k-th release
@@ -32,14 +39,17 @@
 //              calls counted, INFO itself not), per acquisition; round
 //              trips: the commands the clients sent, per acquisition.
 //
-// A client that has released thinks THINK_MS before it asks again, as a
-// worker takes its next job: asking again at once, a polling client finds
-// the slot it just freed before any sleeper wakes, and keeps it.
+// In the steady load a client that has released thinks THINK_MS before it
+// asks again, as a worker takes its next job: asking again at once, a
+// polling client finds the slot it just freed before any sleeper wakes, and
+// keeps it. Even so, with polling a freed slot mostly goes to a client
+// coming back; the burst shows what a waiter waits.
 //
 //   node bench/funnel/funnel.mjs path/to/libredis_throttle.so [bench/funnel.md]
 //
 // Environment: BENCH_FUNNEL_SERVER (default redis-server), BENCH_FUNNEL_SECONDS
-// (6), BENCH_FUNNEL_ROUNDS (3). Installs its packages (npm ci) when missing.
+// (6), BENCH_FUNNEL_ROUNDS (3), BENCH_FUNNEL_BURSTS (5), BENCH_FUNNEL_THINK_MS
+// (5). Installs its packages (npm ci) when missing.
 // It reports the claim's ratios and exits 0 whatever they are; it fails only
 // when something does not work (an implementation lets more than SLOTS in,
 // leaves keys behind, or a command fails).
@@ -64,6 +74,7 @@ const CLIENTS = 32;
 const HOLD_MS = 5;
 const THINK_MS = Number(process.env.BENCH_FUNNEL_THINK_MS ?? 5);
 const LEASE_S = 10;
+const BURSTS = Number(process.env.BENCH_FUNNEL_BURSTS ?? 5);
 /** Laravel's block() timeout in seconds: long enough never to end a wait here (Redis::funnel()'s default is 3). */
 const LARAVEL_TIMEOUT_S = 60;
 
@@ -253,21 +264,30 @@ const connectionOptions = (port) => ({ port, host: '127.0.0.1', lazyConnect: tru
 
 const percentile = (sorted, q) => sorted[Math.max(0, Math.ceil(q * sorted.length) - 1)];
 
+/** The handovers of one stretch of acquisitions that starts with every slot free: acquired[k + SLOTS] - released[k]. */
+function handoversOf(segment, keep = () => true) {
+  const acquired = [...segment.acquired].sort((a, b) => a - b);
+  const released = [...segment.released].sort((a, b) => a - b);
+  if (acquired.length !== released.length) throw new Error(`${acquired.length} acquisitions, ${released.length} releases`);
+  const handovers = [];
+  for (let k = 0; k + SLOTS < acquired.length; k++) {
+    if (keep(acquired[k + SLOTS])) handovers.push(acquired[k + SLOTS] - released[k]);
+  }
+  return handovers;
+}
+
 /**
- * One round of one implementation: CLIENTS clients looping acquire, hold,
- * release, think, on connections of their own; WARMUP s, then SECONDS s
- * measured; then the clients stop asking, and the ones waiting get their
- * turn and leave.
+ * CLIENTS connections of their own for one implementation, what they send
+ * counted, and hold(), which records a holder's start and end; `body` gets
+ * { runs, hold, win } and drives them. Checks afterwards that no more than
+ * SLOTS held a slot at once, no connection failed, and no key is left.
  */
-async function round(Redis, port, admin, impl) {
-  const acquired = []; // ms
-  const released = []; // ms
+async function session(Redis, port, admin, impl, body) {
+  const win = { open: false, start: Infinity, end: Infinity, roundTrips: 0 };
   const waits = []; // ms from asking to holding, acquisitions in the window
   const perClient = new Array(CLIENTS).fill(0);
-  const win = { open: false, start: Infinity, end: Infinity, roundTrips: 0 };
   let holders = 0;
   let maxHolders = 0;
-  let stopping = false;
   const errors = [];
   const connections = await Promise.all(Array.from({ length: CLIENTS }, async () => {
     const c = new Redis(connectionOptions(port));
@@ -287,9 +307,10 @@ async function round(Redis, port, admin, impl) {
       };
     },
   });
-  const hold = async (client, asked) => {
+  /** Client `client` holds a slot HOLD_MS; `segment` collects the instants. */
+  const hold = async (segment, client, asked) => {
     const t = now();
-    acquired.push(t);
+    segment.acquired.push(t);
     if (t >= win.start && t < win.end) {
       waits.push(t - asked);
       perClient[client]++;
@@ -298,53 +319,91 @@ async function round(Redis, port, admin, impl) {
     maxHolders = Math.max(maxHolders, holders);
     await sleep(HOLD_MS);
     holders--;
-    released.push(now());
+    segment.released.push(now());
   };
-  const clients = connections.map(async (c, i) => {
-    const run = impl.client(counted(c), i);
-    while (!stopping) {
-      await run((asked) => hold(i, asked));
-      await sleep(THINK_MS);
-    }
-  });
   try {
-    await sleep(WARMUP * 1000);
-    win.start = now();
-    win.open = true;
-    const before = await serverCounters(admin);
-    await sleep(SECONDS * 1000);
-    win.end = now();
-    win.open = false;
-    const after = await serverCounters(admin);
-    stopping = true;
-    await Promise.all(clients);
+    const runs = connections.map((c, i) => impl.client(counted(c), i));
+    const result = await body({ runs, hold, win });
     if (errors.length) throw new Error(`${impl.name}: a connection failed: ${errors[0].message}`);
     if (maxHolders > SLOTS) throw new Error(`${impl.name}: ${maxHolders} clients held a slot at once, more than ${SLOTS}`);
     const left = await impl.leftover(admin);
     if (left) throw new Error(`${impl.name}: keys left behind after every client released: ${left}`);
-    acquired.sort((a, b) => a - b);
-    released.sort((a, b) => a - b);
-    if (acquired.length !== released.length) throw new Error(`${impl.name}: ${acquired.length} acquisitions, ${released.length} releases`);
-    const handovers = [];
-    for (let k = 0; k + SLOTS < acquired.length; k++) {
-      const t = acquired[k + SLOTS];
-      if (t >= win.start && t < win.end) handovers.push(t - released[k]);
-    }
-    const acquisitions = acquired.filter((t) => t >= win.start && t < win.end).length;
-    return {
-      seconds: (win.end - win.start) / 1000,
-      acquisitions,
-      handovers,
-      waits,
-      perClient,
-      cpuUs: after.cpuUs - before.cpuUs,
-      commands: after.commands - before.commands,
-      roundTrips: win.roundTrips,
-    };
+    return { ...result, waits, perClient, roundTrips: win.roundTrips };
   } finally {
-    stopping = true;
     for (const c of connections) c.disconnect();
   }
+}
+
+/** Opens the measured window: the server's counters now. */
+async function openWindow(win, admin) {
+  win.start = now();
+  win.open = true;
+  return serverCounters(admin);
+}
+
+/** Closes it: the server's counters now, less `before`. */
+async function closeWindow(win, admin, before) {
+  win.end = now();
+  win.open = false;
+  const after = await serverCounters(admin);
+  return { seconds: (win.end - win.start) / 1000, cpuUs: after.cpuUs - before.cpuUs, commands: after.commands - before.commands };
+}
+
+/**
+ * Steady: the clients loop (ask, hold, release, think) for WARMUP s, then
+ * SECONDS s measured; then they stop asking, and the ones waiting get their
+ * turn and leave.
+ */
+function steady(Redis, port, admin, impl) {
+  return session(Redis, port, admin, impl, async ({ runs, hold, win }) => {
+    const segment = { acquired: [], released: [] };
+    let stopping = false;
+    const clients = runs.map(async (run, i) => {
+      while (!stopping) {
+        await run((asked) => hold(segment, i, asked));
+        await sleep(THINK_MS);
+      }
+    });
+    let measured;
+    try {
+      await sleep(WARMUP * 1000);
+      const before = await openWindow(win, admin);
+      await sleep(SECONDS * 1000);
+      measured = await closeWindow(win, admin, before);
+    } finally {
+      stopping = true;
+      await Promise.all(clients);
+    }
+    const inWindow = (t) => t >= win.start && t < win.end;
+    return { ...measured, acquisitions: segment.acquired.filter(inWindow).length, handovers: handoversOf(segment, inWindow) };
+  });
+}
+
+/**
+ * Burst: the clients ask at once, each takes the slot once, and the burst
+ * is over when the last has released; one burst to warm up, then BURSTS
+ * measured. Every handover goes to a client that was already waiting.
+ */
+function burst(Redis, port, admin, impl) {
+  return session(Redis, port, admin, impl, async ({ runs, hold, win }) => {
+    const once = async () => {
+      const segment = { acquired: [], released: [] };
+      const t = now();
+      await Promise.all(runs.map((run, i) => run((asked) => hold(segment, i, asked))));
+      return { segment, ms: now() - t };
+    };
+    await once();
+    const before = await openWindow(win, admin);
+    const bursts = [];
+    for (let b = 0; b < BURSTS; b++) bursts.push(await once());
+    const measured = await closeWindow(win, admin, before);
+    return {
+      ...measured,
+      acquisitions: BURSTS * CLIENTS,
+      handovers: bursts.flatMap((b) => handoversOf(b.segment)),
+      burstMs: bursts.map((b) => b.ms),
+    };
+  });
 }
 
 // ---------------------------------------------------------------------------
@@ -450,9 +509,16 @@ async function main() {
   const server = await startServer(module);
   const admin = new Redis(connectionOptions(server.port));
   admin.on('error', () => {}); // SHUTDOWN closes it; any other failure fails its command
-  const results = Object.fromEntries(impls.map((i) => [i.name, []]));
+  const steadyResults = Object.fromEntries(impls.map((i) => [i.name, []]));
+  const burstResults = Object.fromEntries(impls.map((i) => [i.name, []]));
+  const line = (what, res) => {
+    const h = [...res.handovers].sort((a, b) => a - b);
+    console.error(`${what}: ${res.acquisitions} acquisitions (${fmt(res.acquisitions / res.seconds, 0)}/s), handover p50 ${fmt(percentile(h, 0.5), 3)} ms p99 ${fmt(percentile(h, 0.99), 3)} ms, `
+      + `server CPU ${fmt(res.cpuUs / res.acquisitions, 1)} µs/acq, ${fmt(res.commands / res.acquisitions, 2)} commands/acq`);
+  };
   let serverVersion;
   let moduleVersion;
+  let idleCpuPerS;
   try {
     await admin.connect();
     serverVersion = parseInfo(await admin.info('server')).redis_version;
@@ -461,29 +527,36 @@ async function main() {
       .find((m) => m.name === 'throttle');
     if (!throttle) throw new Error(`the module is not loaded: MODULE LIST answered ${JSON.stringify(modules)}`);
     moduleVersion = throttle.ver;
+    const idleBefore = await serverCounters(admin);
+    const idleT = now();
+    await sleep(1000);
+    const idleAfter = await serverCounters(admin);
+    idleCpuPerS = (idleAfter.cpuUs - idleBefore.cpuUs) / ((now() - idleT) / 1000);
     for (let r = 1; r <= ROUNDS; r++) {
       for (const impl of impls) {
-        const res = await round(Redis, server.port, admin, impl);
-        results[impl.name].push(res);
-        const h = [...res.handovers].sort((a, b) => a - b);
-        console.error(`round ${r} ${impl.name}: ${res.acquisitions} acquisitions (${fmt(res.acquisitions / res.seconds, 0)}/s), handover p50 ${fmt(percentile(h, 0.5), 3)} ms p99 ${fmt(percentile(h, 0.99), 3)} ms, server CPU ${fmt(res.cpuUs / res.acquisitions, 1)} µs/acq, ${fmt(res.commands / res.acquisitions, 2)} commands/acq`);
+        const res = await steady(Redis, server.port, admin, impl);
+        steadyResults[impl.name].push(res);
+        line(`steady, round ${r}, ${impl.name}`, res);
       }
+    }
+    for (const impl of impls) {
+      const res = await burst(Redis, server.port, admin, impl);
+      burstResults[impl.name].push(res);
+      line(`burst, ${impl.name}`, res);
     }
   } finally {
     await stopServer(server, admin);
   }
   const loadEnd = readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
 
-  const summary = {};
-  for (const impl of impls) {
-    const rs = results[impl.name];
+  const summarize = (rs) => {
     const sum = (f) => rs.reduce((a, r) => a + f(r), 0);
     const acquisitions = sum((r) => r.acquisitions);
     const handovers = rs.flatMap((r) => r.handovers).sort((a, b) => a - b);
     const waits = rs.flatMap((r) => r.waits).sort((a, b) => a - b);
     const perClient = rs.flatMap((r) => r.perClient);
-    summary[impl.name] = {
-      acquisitions,
+    const burstMs = rs.flatMap((r) => r.burstMs ?? []).sort((a, b) => a - b);
+    return {
       rate: acquisitions / sum((r) => r.seconds),
       p50: percentile(handovers, 0.5),
       p99: percentile(handovers, 0.99),
@@ -496,35 +569,40 @@ async function main() {
       waitMax: waits[waits.length - 1],
       perClientMin: Math.min(...perClient),
       perClientMax: Math.max(...perClient),
+      burstMs: percentile(burstMs, 0.5),
     };
-  }
+  };
+  const steadySummary = Object.fromEntries(impls.map((i) => [i.name, summarize(steadyResults[i.name])]));
+  const burstSummary = Object.fromEntries(impls.map((i) => [i.name, summarize(burstResults[i.name])]));
 
-  const native = summary.native;
-  const table = [
-    '| implementation | handover p50 ms | handover p99 ms | server CPU µs/acquisition | commands/acquisition | round trips/acquisition | acquisitions/s |',
-    '|---|---:|---:|---:|---:|---:|---:|',
+  const table = (summary, extra = null) => [
+    `| implementation | handover p50 ms | handover p99 ms | server CPU µs/acquisition | commands/acquisition | round trips/acquisition | acquisitions/s |${extra ? ` ${extra.title} |` : ''}`,
+    `|---|---:|---:|---:|---:|---:|---:|${extra ? '---:|' : ''}`,
     ...impls.map((impl) => {
       const s = summary[impl.name];
-      return `| ${impl.label} | ${fmt(s.p50, 3)} | ${fmt(s.p99, 3)} | ${fmt(s.cpuUs, 1)} | ${fmt(s.commands, 2)} | ${fmt(s.roundTrips, 2)} | ${fmt(s.rate, 0)} |`;
+      return `| ${impl.label} | ${fmt(s.p50, 3)} | ${fmt(s.p99, 3)} | ${fmt(s.cpuUs, 1)} | ${fmt(s.commands, 2)} | ${fmt(s.roundTrips, 2)} | ${fmt(s.rate, 0)} |${extra ? ` ${extra.cell(s)} |` : ''}`;
     }),
   ].join('\n');
-  const fairness = [
-    '| implementation | wait p50 ms | wait p99 ms | longest wait ms | acquisitions per client and round, fewest–most |',
-    '|---|---:|---:|---:|---:|',
-    ...impls.map((impl) => {
-      const s = summary[impl.name];
-      return `| ${impl.name} | ${fmt(s.waitP50, 1)} | ${fmt(s.waitP99, 1)} | ${fmt(s.waitMax, 1)} | ${s.perClientMin}–${s.perClientMax} |`;
-    }),
-  ].join('\n');
-  const ratioLines = impls.filter((i) => i.name !== 'native').map((impl) => {
+  const ratios = (summary) => impls.filter((i) => i.name !== 'native').map((impl) => {
+    const native = summary.native;
     const s = summary[impl.name];
     const faster = s.p50 / native.p50;
     const cpu = native.cpuUs / s.cpuUs;
     const holds = faster >= 10 && cpu <= 1;
     return `- against ${impl.name}: handover p50 ${fmt(faster, 1)}× faster (p99 ${fmt(s.p99 / native.p99, 1)}×), `
       + `server CPU per acquisition ${fmt(cpu, 2)}× theirs, commands per acquisition ${fmt(native.commands / s.commands, 2)}× theirs: `
-      + `the claim (at least 10× faster, at no more CPU) ${holds ? 'holds' : 'does not hold'} in this run`;
-  });
+      + `the claim (at least 10× faster, at no more CPU) ${holds ? 'holds' : 'does not hold'} here`;
+  }).join('\n');
+  const steadyTable = table(steadySummary);
+  const burstTable = table(burstSummary, { title: `a burst done in, ms (median)`, cell: (s) => fmt(s.burstMs, 0) });
+  const fairness = [
+    '| implementation | wait p50 ms | wait p99 ms | longest wait ms | acquisitions per client and round, fewest–most |',
+    '|---|---:|---:|---:|---:|',
+    ...impls.map((impl) => {
+      const s = steadySummary[impl.name];
+      return `| ${impl.name} | ${fmt(s.waitP50, 1)} | ${fmt(s.waitP99, 1)} | ${fmt(s.waitMax, 1)} | ${s.perClientMin}–${s.perClientMax} |`;
+    }),
+  ].join('\n');
 
   let commit = '';
   try {
@@ -542,15 +620,11 @@ async function main() {
 Written by \`make bench\` (\`bench/funnel/funnel.mjs\`), run started
 ${started.toISOString().slice(0, 16).replace('T', ' ')} UTC on ${cpuModel} (\`nproc\` = ${cpus().length}),
 load average ${loadStart} at the start and ${loadEnd} at the end; Redis ${serverVersion}
-(\`${path.basename(SERVER)}\`) with the module (${moduleBuild}), Node ${process.version}, ioredis ${version('ioredis')}.
+(\`${path.basename(SERVER)}\`) with the module (${moduleBuild}),
+Node ${process.version}, ioredis ${version('ioredis')}.
 
-A funnel of ${SLOTS} slots and ${CLIENTS} clients, each on its own connection, in
-one Node process: each client asks for a slot, holds it ${HOLD_MS} ms, releases it,
-and ${THINK_MS} ms later asks again, as a worker takes its next job (asking again at
-once, a polling client finds the slot it has just freed before any sleeper
-wakes, and keeps it while the others starve). ${ROUNDS} round${ROUNDS === 1 ? '' : 's'}, the implementations
-taking turns, each ${WARMUP} s of warm-up then ${SECONDS} s measured; the figures are over
-the measured seconds of every round.
+A funnel of ${SLOTS} slots and ${CLIENTS} clients, each on its own connection, all in
+one Node process, each holding its slot ${HOLD_MS} ms, three ways on the same server:
 
 - **native**: \`THROTTLE.ACQUIRE funnel ${SLOTS} ${LEASE_S}s BLOCK 0\`, then \`THROTTLE.RELEASE funnel <token>\`:
   the waiters queue on the server and a release lets the first in.
@@ -570,30 +644,54 @@ the measured seconds of every round.
 **Handover**: from one holder's release to the next holder's start, on
 the clients' monotonic clock: the k-th release (taken when its holder is
 done, before the release is sent) frees the slot that the (k + ${SLOTS})-th
-acquisition takes (taken when its reply arrives); with waiters always
-queued, this is how long a freed slot stands empty. **Server CPU**: INFO cpu
-(\`used_cpu_user\` + \`used_cpu_sys\`) over the measured seconds, per acquisition.
-**Commands**: INFO commandstats calls (a script's own commands counted, INFO's
-not), per acquisition; native's include \`THROTTLE._GATE\`, which the module
-calls inside the server before it lets a waiter in (it asks Redis whether a
-write to the key is accepted now). **Round trips**: the commands the clients sent.
+acquisition takes (taken when its reply arrives); this is how long a freed
+slot stands empty. **Server CPU**: INFO cpu (\`used_cpu_user\` + \`used_cpu_sys\`)
+over the measured time, per acquisition. **Commands**: INFO commandstats calls
+(a script's own commands counted, INFO's not), per acquisition; native's
+include \`THROTTLE._GATE\`, which the module calls inside the server before it
+lets a waiter in (it asks Redis whether a write to the key is accepted now).
+**Round trips**: the commands the clients sent, per acquisition. The server
+idle (its timers alone) used ${fmt(idleCpuPerS, 0)} µs of CPU a second, counted in the
+figures as it is: a slower funnel pays more of it per acquisition.
 
-${table}
+## Steady: every client comes back
 
-${ratioLines.join('\n')}
+Each client asks, holds ${HOLD_MS} ms, releases, and ${THINK_MS} ms later asks again, as a
+worker takes its next job. ${ROUNDS} round${ROUNDS === 1 ? '' : 's'}, the implementations taking turns, each
+${WARMUP} s of warm-up then ${SECONDS} s measured; the figures are over the measured
+seconds of every round.
 
-Waiting and fairness: the wait is from asking to holding; the last column
-counts each client's acquisitions in each round's measured seconds. The
-server's queue lets the waiters in in arrival order; a polling client gets
-in when its retry finds a slot free.
+${steadyTable}
+
+${ratios(steadySummary)}
+
+With polling, a freed slot mostly goes to a client coming back (often the
+one that freed it, ${THINK_MS} ms later) before a sleeping waiter's next try, so
+the handover there is about the time until someone comes back, and what
+waiting costs shows in the waits: from asking to holding, and each client's
+acquisitions in each round's measured seconds (the server's queue lets
+waiters in in arrival order; a polling client gets in when a try finds a
+slot free):
 
 ${fairness}
+
+## Burst: everyone asks at once
+
+The ${CLIENTS} clients ask at the same moment, each takes the slot once, and
+the burst is over when the last has released; one burst to warm up, then
+${BURSTS} measured. Nobody comes back, so every handover goes to a client that
+was already waiting: it measures how fast a waiter learns of a free slot.
+The polling clients, having failed together, sleep together.
+
+${burstTable}
+
+${ratios(burstSummary)}
 
 The clients, the server and whatever else runs on the machine share its
 ${cpus().length} cores: compare rows of one run only.
 `;
   writeFileSync(out, md);
-  console.log(`\nThe funnel (${path.relative(repo, out)}):\n${table}\n\n${ratioLines.join('\n')}\n\n${fairness}`);
+  console.log(`\nThe funnel (${path.relative(repo, out)}), steady:\n${steadyTable}\n\n${ratios(steadySummary)}\n\n${fairness}\n\nburst:\n${burstTable}\n\n${ratios(burstSummary)}`);
 }
 
 main().catch((error) => {
