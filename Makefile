@@ -183,11 +183,13 @@ test-python: build servers
 
 # make test-node  the npm package (clients/node/): npm ci (package-lock.json pins the
 # frameworks and clients), its build, then its node --test suite against the
-# freshly built module. Needs Node 20 or later with npm, as the project's
+# freshly built module, on every server in THROTTLE_SERVERS at once (the
+# type checks and the tarball from a fresh clone once; clients/node/README.md
+# says which run where). Needs Node 20 or later with npm, as the project's
 # machines have (Debian 12's own nodejs is 18: too old for NestJS 12 and
 # node-redis 6).
 .PHONY: test-node
-test-node: build
+test-node: build servers
 	@command -v node >/dev/null && command -v npm >/dev/null \
 	  && node -e 'process.exit(+process.versions.node.split(".")[0] >= 20 ? 0 : 1)' \
 	  || { echo "make test-node needs Node 20 or later and npm (found: $$(node --version 2>/dev/null || echo no node))"; exit 1; }
