@@ -323,7 +323,9 @@ async function session(Redis, port, admin, impl, body) {
   };
   try {
     const runs = connections.map((c, i) => impl.client(counted(c), i));
-    const result = await body({ runs, hold, win });
+    // A failed client closes every connection, so that no waiter waits on.
+    const abort = () => connections.forEach((c) => c.disconnect());
+    const result = await body({ runs, hold, win, abort });
     if (errors.length) throw new Error(`${impl.name}: a connection failed: ${errors[0].message}`);
     if (maxHolders > SLOTS) throw new Error(`${impl.name}: ${maxHolders} clients held a slot at once, more than ${SLOTS}`);
     const left = await impl.leftover(admin);
@@ -355,15 +357,21 @@ async function closeWindow(win, admin, before) {
  * turn and leave.
  */
 function steady(Redis, port, admin, impl) {
-  return session(Redis, port, admin, impl, async ({ runs, hold, win }) => {
+  return session(Redis, port, admin, impl, async ({ runs, hold, win, abort }) => {
     const segment = { acquired: [], released: [] };
     let stopping = false;
+    let failed = null;
     const clients = runs.map(async (run, i) => {
       while (!stopping) {
         await run((asked) => hold(segment, i, asked));
         await sleep(THINK_MS);
       }
-    });
+    }).map((client) => client.catch((error) => {
+      // Held until the round ends, so that the server is still stopped.
+      if (!failed) abort();
+      failed ??= error;
+      stopping = true;
+    }));
     let measured;
     try {
       await sleep(WARMUP * 1000);
@@ -374,6 +382,7 @@ function steady(Redis, port, admin, impl) {
       stopping = true;
       await Promise.all(clients);
     }
+    if (failed) throw failed;
     const inWindow = (t) => t >= win.start && t < win.end;
     return { ...measured, acquisitions: segment.acquired.filter(inWindow).length, handovers: handoversOf(segment, inWindow) };
   });
@@ -507,6 +516,15 @@ async function main() {
   const loadStart = readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
   console.error(`== funnel: ${SLOTS} slots, ${CLIENTS} clients holding ${HOLD_MS} ms; native, Laravel's ConcurrencyLimiter, redis-semaphore (bench/funnel/funnel.mjs)`);
   const server = await startServer(module);
+  // Whatever happens, no server is left behind.
+  process.once('exit', () => server.child.kill('SIGKILL'));
+  for (const signal of ['SIGINT', 'SIGTERM']) {
+    process.once(signal, () => {
+      server.child.kill('SIGKILL');
+      rmSync(server.dir, { recursive: true, force: true });
+      process.exit(1);
+    });
+  }
   const admin = new Redis(connectionOptions(server.port));
   admin.on('error', () => {}); // SHUTDOWN closes it; any other failure fails its command
   const steadyResults = Object.fromEntries(impls.map((i) => [i.name, []]));
