@@ -101,7 +101,8 @@ class Lease:
     - ``ends``: when it ends unless renewed (Unix seconds, see ``LeaseDecision.ends``); each renewal moves it.
     - ``renewals``: renewals that kept it; ``renew_error``: the last exception a background renewal raised
       (the renewal is tried again at the next interval), or None.
-    - ``lost``: True once a renewal or the release answered that the token held no lease any more.
+    - ``lost``: True once a renewal or the release answered that the token held no lease any more;
+      ``renewal_lost``: True when a renewal found it (the renewals then stop, and exit sends no release).
     - ``released``: True once the exit's release freed the slot.
     - ``decision``: the admitting reply.
     """
@@ -279,8 +280,11 @@ def check_block(client: Any, key: Any, block: Optional[Period]) -> None:
 
 
 def _sent_maybe(error: BaseException) -> bool:
-    """Whether an acquire that raised `error` may have been let in on the server: anything but the server's
-    own error reply (a ResponseError of redis-py or valkey-py: a bad argument, WRONGTYPE, no module)."""
+    """Whether an acquire that raised `error` may have been let in on the server: anything but an argument
+    refused before sending (ValueError, TypeError) or the server's own error reply (a ResponseError of
+    redis-py or valkey-py: a bad argument, WRONGTYPE, no module)."""
+    if isinstance(error, (ValueError, TypeError)):
+        return False
     return not any(cls.__name__ == "ResponseError" for cls in type(error).__mro__)
 
 

@@ -291,6 +291,7 @@ def test_cluster_waiter_is_let_in_by_a_release(cluster, rc):
     assert throttle.release("{queue}:slots", holder.token)
     thread.join()
     assert len(entered) == 1 and entered[0].released
+    node_client.close()
     client.close()
 
 
@@ -331,12 +332,14 @@ def check_message(error: BaseException) -> None:
 
 @pytest.mark.parametrize("protocol", [2, 3])
 def test_missing_module(bare_server, protocol):
-    throttle = Throttle(bare_server.client(protocol=protocol))
+    client = bare_server.client(protocol=protocol)
+    throttle = Throttle(client)
     for call in (lambda: throttle.acquire("k", 1, 30), lambda: throttle.release("k", "t"),
                  lambda: throttle.renew("k", "t", 30), lambda: throttle.concurrency("k", 1, 30).__enter__()):
         with pytest.raises(ThrottleModuleMissing) as caught:
             call()
         check_message(caught.value)
+    client.close()
 
 
 async def test_missing_module_async(bare_server):
