@@ -304,11 +304,11 @@ def renewers() -> List[threading.Thread]:
 
 
 def test_background_renewal_keeps_the_lease_past_its_first_end(client, r):
-    """A 1 s lease renewed every 100 ms: the test waits on the server's clock until the lease's first end has
-    passed, then finds it still held (and a competitor refused). Without the renewals the server would have
-    ended it; the renewals are counted on the server."""
+    """A 2 s lease renewed every 100 ms (a renewal would have to stall 1.9 s to lose it): the test waits on the
+    server's clock until the lease's first end has passed, then finds it still held (and a competitor
+    refused). Without the renewals the server would have ended it; the renewals are counted on the server."""
     throttle = Throttle(client)
-    with throttle.concurrency("long", 1, "1s", renew="100ms") as lease:
+    with throttle.concurrency("long", 1, "2s", renew="100ms") as lease:
         [(_, first_end, _)] = throttle.info("long")["leases"]
         wait_until(lambda: server_time_us(r) > first_end, "the server's clock past the lease's first end")
         assert tokens(r, "long") == [lease.token]

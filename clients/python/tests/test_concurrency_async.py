@@ -206,7 +206,7 @@ async def test_background_renewal_keeps_the_lease_past_its_first_end(aclient, r)
         seconds, micros = await client.time()
         return seconds * 1_000_000 + micros > end_us
 
-    async with throttle.concurrency("long", 1, "1s", renew="100ms") as lease:
+    async with throttle.concurrency("long", 1, "2s", renew="100ms") as lease:
         [(_, first_end, _)] = (await throttle.info("long"))["leases"]
         await wait_until(lambda: past(first_end), "the server's clock past the lease's first end")
         assert tokens(r, "long") == [lease.token]
