@@ -272,7 +272,6 @@ impl<T> Admission<T> {
 /// ends by itself; [`renew`](Lease::renew) keeps it longer. Dropping a
 /// `Lease` does **not** release it (a drop cannot wait for Redis): release
 /// it explicitly, or let [`Throttle::with_lease`] do it.
-#[derive(Debug)]
 #[must_use = "a lease holds its slot until it is released or ends by itself"]
 pub struct Lease<C> {
     throttle: Throttle<C>,
@@ -281,6 +280,20 @@ pub struct Lease<C> {
     limit: u32,
     remaining: u32,
     reset_after: Duration,
+}
+
+/// The key, the token and the fields; not the connection (a cluster
+/// connection has no `Debug`).
+impl<C> fmt::Debug for Lease<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lease")
+            .field("key", &self.key)
+            .field("token", &self.token)
+            .field("limit", &self.limit)
+            .field("remaining", &self.remaining)
+            .field("reset_after", &self.reset_after)
+            .finish_non_exhaustive()
+    }
 }
 
 impl<C: Connection> Lease<C> {
