@@ -134,7 +134,11 @@ pub struct AcquireOptions {
 }
 
 impl AcquireOptions {
-    /// The most milliseconds `BLOCK` waits (3650 days).
+    /// The most holders a lease key takes: the largest `limit` of
+    /// [`acquire`](Throttle::acquire).
+    pub const MAX_HOLDERS: u32 = 100_000;
+
+    /// The longest `BLOCK` wait (3650 days).
     pub const MAX_BLOCK: Duration = Duration::from_millis(315_360_000_000);
 
     /// A slot now, a token the server makes, no waiting.
@@ -372,19 +376,15 @@ impl<C: Connection> Drop for ReleaseOnDrop<'_, C> {
 }
 
 impl<C: Connection> Throttle<C> {
-    /// The most holders a lease key takes: the largest `limit` of
-    /// [`acquire`](Throttle::acquire).
-    pub const MAX_HOLDERS: u32 = 100_000;
-
     /// `THROTTLE.ACQUIRE key limit lease [ID token] [BLOCK ms] [AT µs]`:
     /// one of `limit` slots of `key` for `lease` (whole milliseconds from
     /// 1 ms to 3650 days), or the refusal when every slot is taken.
     ///
     /// Arguments the module would refuse (`limit` above
-    /// [`MAX_HOLDERS`](Throttle::MAX_HOLDERS), a `lease` of zero, not whole
-    /// milliseconds or above 3650 days, a `BLOCK` above 3650 days, a time
-    /// before 1970) are an [`Error::InvalidArgument`] naming them, before
-    /// anything is sent. A key holding a rate limiter or another type is
+    /// [`MAX_HOLDERS`](AcquireOptions::MAX_HOLDERS), a `lease` of zero,
+    /// not whole milliseconds or above 3650 days, a `BLOCK` above 3650
+    /// days, a time before 1970) are an [`Error::InvalidArgument`] naming
+    /// them, before anything is sent. A key holding a rate limiter or another type is
     /// `WRONGTYPE` ([`Error::Redis`]).
     ///
     /// ```no_run
@@ -413,8 +413,11 @@ impl<C: Connection> Throttle<C> {
         options: &AcquireOptions,
     ) -> Result<Admission<Lease<C>>, Error> {
         const COMMAND: &str = "THROTTLE.ACQUIRE";
-        if limit.get() > Throttle::<C>::MAX_HOLDERS {
-            return Err(Error::invalid("limit", format!("{limit} is above {}, the most holders", Self::MAX_HOLDERS)));
+        if limit.get() > AcquireOptions::MAX_HOLDERS {
+            return Err(Error::invalid(
+                "limit",
+                format!("{limit} is above {}, the most holders", AcquireOptions::MAX_HOLDERS),
+            ));
         }
         let mut cmd = redis::cmd(COMMAND);
         cmd.arg(key).arg(limit.get()).arg(lease_arg(lease)?);

@@ -165,7 +165,7 @@ async fn arguments_are_checked_and_wrong_types_refused() {
             (1, Duration::ZERO, new(), "lease"),
             (1, Duration::from_micros(1500), new(), "lease"),
             (1, secs(3651 * 86_400), new(), "lease"),
-            (Throttle::<MultiplexedConnection>::MAX_HOLDERS + 1, secs(1), new(), "limit"),
+            (AcquireOptions::MAX_HOLDERS + 1, secs(1), new(), "limit"),
             (1, secs(1), new().block(AcquireOptions::MAX_BLOCK + Duration::from_millis(1)), "BLOCK"),
             (1, secs(1), new().at(UNIX_EPOCH - secs(1)), "AT"),
             (1, secs(3650 * 86_400 + 1), new().block(AcquireOptions::MAX_BLOCK), "lease"),
