@@ -243,8 +243,17 @@ def all_command(specs: Tuple[Spec, ...], cost: int, at: Optional[At]) -> Tuple[A
     return tuple(args)
 
 
+def _info_value(name: str, value: Any) -> Any:
+    if name == "algorithm":
+        return _text(value)
+    if name == "leases":  # a lease key's holders: (token, ends_at in Unix µs, ms left), earliest end first
+        return [(_text(token), int(ends_at), int(left)) for token, ends_at, left in value]
+    return int(value)
+
+
 def info_from_reply(reply: Any) -> Optional[Dict[str, Any]]:
-    """THROTTLE.INFO's fields by name (``algorithm`` as str, the rest as int), or None for a missing key."""
+    """THROTTLE.INFO's fields by name (``algorithm`` as str, a lease key's ``leases`` as a list of (token,
+    ends_at µs, ms left) tuples, the rest as int), or None for a missing key."""
     if reply is None:
         return None
-    return {name: _text(value) if name == "algorithm" else int(value) for name, value in _pairs(reply).items()}
+    return {name: _info_value(name, value) for name, value in _pairs(reply).items()}

@@ -15,6 +15,20 @@ from ._core import (
     info_from_reply,
     raise_if_module_missing,
 )
+from .concurrency import (
+    AsyncConcurrency,
+    Concurrency,
+    LeaseDecision,
+    OnLost,
+    Renew,
+    Token,
+    acquire_command,
+    acquire_parser,
+    check_block,
+    held,
+    release_command,
+    renew_command,
+)
 
 T = TypeVar("T")
 
@@ -68,6 +82,25 @@ class Throttle(_Commands):
         """THROTTLE.INFO: the key's algorithm and state as the module reports them, or None."""
         return self._run(("THROTTLE.INFO", key), info_from_reply)
 
+    # Concurrency limits (leases): the logic is in concurrency.py.
+
+    def acquire(self, key: Any, limit: int, lease: Period, block: Optional[Period] = None, *, id: Optional[Token] = None, at: Optional[At] = None) -> LeaseDecision:
+        """THROTTLE.ACQUIRE: one of ``limit`` slots of ``key`` for ``lease``; admitted, the decision has its token."""
+        check_block(self.client, key, block)
+        return self._run(acquire_command(key, limit, lease, block, id, at), acquire_parser(lease, id, at))
+
+    def release(self, key: Any, token: Token, *, at: Optional[At] = None) -> bool:
+        """THROTTLE.RELEASE: frees the token's slot; False when it held none (nothing changed)."""
+        return self._run(release_command(key, token, at), held)
+
+    def renew(self, key: Any, token: Token, lease: Period, *, at: Optional[At] = None) -> bool:
+        """THROTTLE.RENEW: the token's lease now ends ``lease`` from now; False when it held none (nothing changed)."""
+        return self._run(renew_command(key, token, lease, at), held)
+
+    def concurrency(self, key: Any, limit: int, lease: Period, block: Optional[Period] = None, *, id: Optional[Token] = None, renew: Renew = False, on_lost: Optional[OnLost] = None) -> Concurrency:
+        """``with throttle.concurrency(key, limit, lease) as lease:``: at most ``limit`` holders at once (see Concurrency)."""
+        return Concurrency(self, key, limit, lease, block, id=id, renew=renew, on_lost=on_lost)
+
 
 class AsyncThrottle(_Commands):
     """Throttle for asyncio clients (redis.asyncio.Redis, redis.asyncio.cluster.RedisCluster, valkey.asyncio)."""
@@ -97,3 +130,19 @@ class AsyncThrottle(_Commands):
 
     async def info(self, key: Any) -> Optional[Dict[str, Union[str, int]]]:
         return await self._run(("THROTTLE.INFO", key), info_from_reply)
+
+    # Concurrency limits (leases): the logic is in concurrency.py.
+
+    async def acquire(self, key: Any, limit: int, lease: Period, block: Optional[Period] = None, *, id: Optional[Token] = None, at: Optional[At] = None) -> LeaseDecision:
+        check_block(self.client, key, block)
+        return await self._run(acquire_command(key, limit, lease, block, id, at), acquire_parser(lease, id, at))
+
+    async def release(self, key: Any, token: Token, *, at: Optional[At] = None) -> bool:
+        return await self._run(release_command(key, token, at), held)
+
+    async def renew(self, key: Any, token: Token, lease: Period, *, at: Optional[At] = None) -> bool:
+        return await self._run(renew_command(key, token, lease, at), held)
+
+    def concurrency(self, key: Any, limit: int, lease: Period, block: Optional[Period] = None, *, id: Optional[Token] = None, renew: Renew = False, on_lost: Optional[OnLost] = None) -> AsyncConcurrency:
+        """``async with throttle.concurrency(key, limit, lease) as lease:`` (see AsyncConcurrency)."""
+        return AsyncConcurrency(self, key, limit, lease, block, id=id, renew=renew, on_lost=on_lost)
