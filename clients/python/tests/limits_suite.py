@@ -8,8 +8,8 @@ It starts one redis-server with the module and a three-node cluster, then
 replaces the storage lists of tests/utils.py (ALL_STORAGES and
 ALL_STORAGES_ASYNC, and the parametrize marks built from them) and of the
 TestConcreteStorages classes with throttle://, throttle+cluster://,
-async+throttle:// and async+throttle+cluster:// on those servers. Tests the
-storages cannot pass by design are listed in the package README.
+async+throttle:// and async+throttle+cluster:// on those servers. Every
+test runs once and must pass: none is marked as an expected failure.
 """
 
 from __future__ import annotations
@@ -118,19 +118,3 @@ def clear_of_a_minute_boundary(request):
         if left < 10:
             time.sleep(left + 0.05)
 
-
-# The tests these storages cannot pass by design (the package README says why);
-# strict: one that starts passing fails the run, so this list stays true.
-BY_DESIGN = {
-    "test_moving_window_stats": "the moving window's reset time is when the whole window is free again "
-    "(newest entry + period): the module's peek tells when the log empties, not when its oldest entry leaves",
-    "test_sliding_window_counter_previous_window": "the module rounds the previous window's weighted count up "
-    "(3 hits weighted 0.999 count 3), limits rounds it down (2): remaining is one lower, never one too many",
-}
-
-
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        reason = BY_DESIGN.get(item.originalname)
-        if reason:
-            item.add_marker(pytest.mark.xfail(strict=True, reason=reason))
