@@ -62,6 +62,7 @@ test: build servers lint
 	@$(MAKE) --no-print-directory test-laravel
 	@$(MAKE) --no-print-directory test-python
 	@$(MAKE) --no-print-directory test-node
+	@$(MAKE) --no-print-directory test-rust-client
 
 # Benchmarks: criterion micro-benchmarks, then redis-benchmark against INCR
 # and the Lua scripts it replaces; writes bench/results.md and bench/chart.svg.
@@ -69,19 +70,22 @@ test: build servers lint
 bench: build
 	CARGO="$(CARGO)" bench/run.sh
 
-# make lint: the formatting (rustfmt.toml) and clippy's lints, as errors;
-# make test runs it first. make fmt formats the tree.
+# make lint: the formatting (rustfmt.toml) and clippy's lints, as errors,
+# on the workspace (the module and clients/rust) and on the fuzz and bench
+# crates' formatting; make test runs it first. make fmt formats the tree.
 lint:
-	$(CARGO) fmt --check
+	$(CARGO) fmt --all --check
 	cd fuzz && $(CARGO) fmt --check
-	$(CARGO) clippy --all-targets -- -D warnings
+	cd bench/rust-layer && $(CARGO) fmt --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 fmt:
-	$(CARGO) fmt
+	$(CARGO) fmt --all
 	cd fuzz && $(CARGO) fmt
+	cd bench/rust-layer && $(CARGO) fmt
 
 clippy:
-	$(CARGO) clippy --all-targets -- -D warnings
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 # make check-links: every relative link and #anchor in the tracked Markdown
 # files resolves (scripts/check_links.py, after its self-test on links
@@ -179,14 +183,26 @@ test-python: build servers
 
 # make test-node  the npm package (clients/node/): npm ci (package-lock.json pins the
 # frameworks and clients), its build, then its node --test suite against the
-# freshly built module. Needs Node 20 or later with npm, as the project's
+# freshly built module, on every server in THROTTLE_SERVERS at once (the
+# type checks and the tarball from a fresh clone once; clients/node/README.md
+# says which run where). Needs Node 20 or later with npm, as the project's
 # machines have (Debian 12's own nodejs is 18: too old for NestJS 12 and
 # node-redis 6).
 .PHONY: test-node
-test-node: build
+test-node: build servers
 	@command -v node >/dev/null && command -v npm >/dev/null \
 	  && node -e 'process.exit(+process.versions.node.split(".")[0] >= 20 ? 0 : 1)' \
 	  || { echo "make test-node needs Node 20 or later and npm (found: $$(node --version 2>/dev/null || echo no node))"; exit 1; }
 	cd clients/node && npm ci --no-audit --no-fund --loglevel=error
 	cd clients/node && npm run build
 	cd clients/node && THROTTLE_MODULE=$(abspath $(BUILT_SO)) npm test
+
+# make test-rust-client  the Rust crate (clients/rust/, a workspace member):
+# its unit tests, doc examples and the examples' builds, then its
+# integration tests (the client, its leases, the tower layer in an axum app
+# over real HTTP, a three-node cluster), each on every server of THROTTLE_SERVERS,
+# against the freshly built module. The module's own `cargo test` runs
+# above, on the top-level package only.
+.PHONY: test-rust-client
+test-rust-client: build servers
+	THROTTLE_MODULE=$(abspath $(BUILT_SO)) $(CARGO) test -p redis-throttle-client

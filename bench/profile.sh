@@ -14,7 +14,7 @@
 # in `make bench`), then the server is stopped (by its PID) and the profile
 # summarised: instructions per call, and the top functions by exclusive and
 # inclusive cost. BENCH_PROF_REPLICA=1 attaches a replica to each server
-# first. Function names in the module need a build that keeps its
+# first; BENCH_PROF_ONLY="FIXED BANNED" profiles only the rows named. Function names in the module need a build that keeps its
 # symbols:
 #
 #   CARGO_TARGET_DIR=/tmp/target-prof CARGO_PROFILE_RELEASE_STRIP=false \
@@ -53,6 +53,8 @@ top() { # --inclusive=yes|no, file, [rows]
 
 profile() { # name, then the command with __rand_int__ in its key
   local name="$1"; shift
+  # BENCH_PROF_ONLY="A B": only the rows named.
+  if [ -n "${BENCH_PROF_ONLY:-}" ] && [[ " $BENCH_PROF_ONLY " != *" $name "* ]]; then return; fi
   local port file
   port="$(free_port)"
   file="$out/callgrind.$name.out"
@@ -99,8 +101,10 @@ profile() { # name, then the command with __rand_int__ in its key
   profile EXACT THROTTLE.SLIDING ex:__rand_int__ 100 1h EXACT
   profile TOKEN THROTTLE.TOKEN tk:__rand_int__ 1000 1h
   profile LEAKY THROTTLE.LEAKY lk:__rand_int__ 1000 1h
-  # A limit of 1 with a ban: after a key's first call, every call meets its
-  # ban (a check, no change).
+  # The same words twice: admitted calls that carry a BAN option, and calls
+  # on keys their second call banned (after a key's first call, every
+  # call meets its ban: a check, no change).
+  profile WITH_BAN THROTTLE.FIXED wb:__rand_int__ 1000 1h BAN 1h
   profile BANNED THROTTLE.FIXED bn:__rand_int__ 1 1h BAN 1h
 } | tee "$out/summary.txt"
 echo "profiles and summary in $out" >&2

@@ -5,8 +5,12 @@
 # every THROTTLE command and the Lua scripts of bench/lua/), then
 # bench/results.md and bench/chart.svg (bench/report.py, from the
 # measurements it keeps in bench/e2e-<server>.json), and one side-by-side
-# table per server on stdout; then the Python and Node packages through
-# their frameworks (bench/python-frameworks.md, bench/node.md).
+# table per server on stdout; then a ban check against an ordinary call
+# (bench/penalties.md), the Python and Node packages through their
+# frameworks (bench/python-frameworks.md, bench/django.md, bench/node.md),
+# the Rust tower layer in axum (bench/rust-layer.md), and the funnel: a
+# concurrency limit through THROTTLE.ACQUIRE BLOCK against Laravel's
+# ConcurrencyLimiter and redis-semaphore (bench/funnel.md).
 #
 # Honours CARGO_TARGET_DIR (default target/) to find the module and the
 # criterion results, CARGO (default cargo), BENCH_CELL (a redis-cell build
@@ -49,8 +53,32 @@ done
 echo "== 3/3 report" >&2
 python3 bench/report.py "$target/criterion" "$start" bench "${runs[@]}"
 
+# A ban check against an ordinary call with the same words, in
+# instructions (callgrind: the machine's load does not move them).
+echo "== a banned key's call against an ordinary one (bench/profile.sh)" >&2
+{
+  echo "# A ban check against an ordinary call"
+  echo
+  echo "Written by \`make bench\` (\`bench/profile.sh\`, callgrind, whole server, Redis $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/'))"
+  echo "on $(date -u '+%Y-%m-%d %H:%M UTC'). WITH_BAN: admitted calls that carry \`BAN 1h\` (limit 1000);"
+  echo "BANNED: the same words on keys banned by their second call (limit 1), so every later call meets"
+  echo "its ban; FIXED: the plain call, two words shorter."
+  echo
+  echo '```'
+  BENCH_PROF_ONLY="SET FIXED WITH_BAN BANNED" bench/profile.sh "$module" "$target/profile-penalties" 2>/dev/null | grep '^=='
+  echo '```'
+} > bench/penalties.md
+
 # The packages through their frameworks, each against the store users have.
 echo "== Flask-Limiter and SlowAPI, redis:// against throttle:// (bench/python_frameworks.py)" >&2
 python3 bench/python_frameworks.py "$module" bench/python-frameworks.md
+echo "== Django REST framework, its cache throttle against redis_throttle.django's (bench/django_drf.py)" >&2
+python3 bench/django_drf.py "$module" bench/django.md
 echo "== express and fastify, their usual Redis stores against redis-throttle's (bench/node.mjs)" >&2
 node bench/node.mjs "$module" bench/node.md
+echo "== axum: tower_governor, INCR+EXPIRE and the redis-throttle tower layer (bench/rust-layer)" >&2
+(cd bench/rust-layer && "$cargo" build --release --quiet)
+bench/rust-layer/target/release/rust-layer-bench "$(realpath "$module")" bench/rust-layer.md
+echo "== the funnel: THROTTLE.ACQUIRE BLOCK, Laravel's ConcurrencyLimiter and redis-semaphore (bench/funnel)" >&2
+(cd bench/funnel && npm ci --no-audit --no-fund --loglevel=error)
+node bench/funnel/funnel.mjs "$module" bench/funnel.md

@@ -6,7 +6,10 @@
 use std::borrow::Cow;
 use std::collections::HashSet;
 
-use crate::limiter::{Escalation, ParamError, Params, Rules, MAX_LIMIT, MAX_PERIOD_US, MAX_TIME_US, MIN_PERIOD_US};
+use crate::limiter::{
+    valid_lease_us, Effect, Escalation, LeaseParamError, LeaseParams, ParamError, Params, Rules, Token, MAX_HOLDERS,
+    MAX_LIMIT, MAX_PERIOD_US, MAX_TIME_US, MIN_PERIOD_US,
+};
 
 /// The four algorithms, as the command names choose them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -107,6 +110,16 @@ pub enum ArgError {
     Tally,
     NeedsBan(&'static str),
     RenewAndBackoff,
+    /// `limit` of THROTTLE.ACQUIRE.
+    Holders,
+    /// `lease` of THROTTLE.ACQUIRE and THROTTLE.RENEW.
+    Lease,
+    /// A token (`ID token`, or RELEASE's and RENEW's `token`), named.
+    Token(&'static str),
+    /// A rate-limit option given to a lease command.
+    NotForLease(&'static str, &'static str),
+    /// A bad `THROTTLE._LEASE` change.
+    LeaseEffect,
 }
 
 impl ArgError {
@@ -166,6 +179,22 @@ impl ArgError {
                 "ERR THROTTLE.ALL takes COST and AT before its specs (DETAIL too), and no BLOCK, FORCE or NOW".into()
             }
             ArgError::RepeatedKey => "ERR THROTTLE.ALL names the same key more than once".into(),
+            ArgError::Holders => "ERR invalid limit: expected the most holders, an integer from 1 to 100000".into(),
+            ArgError::Lease => "ERR invalid lease: expected a period, a positive integer with an optional unit \
+                ms, s, m, h or d (bare numbers are seconds), from 1ms to 3650d"
+                .into(),
+            ArgError::Token(what) => format!("ERR invalid {what}: expected a token of 1 to 64 bytes").into(),
+            ArgError::NotForLease(option, command) => format!("ERR option {option} is not valid for {command}").into(),
+            ArgError::LeaseEffect => "ERR invalid lease change: expected a packed THROTTLE lease change".into(),
+        }
+    }
+}
+
+impl From<LeaseParamError> for ArgError {
+    fn from(e: LeaseParamError) -> Self {
+        match e {
+            LeaseParamError::Limit => ArgError::Holders,
+            LeaseParamError::Lease => ArgError::Lease,
         }
     }
 }
@@ -508,6 +537,148 @@ pub fn parse_period_us(bytes: &[u8]) -> Option<u64> {
     parse_u64(number)?.checked_mul(*unit_us)
 }
 
+/// `THROTTLE.ACQUIRE key limit lease [ID token] [BLOCK ms] [AT µs]`, after
+/// the key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Acquire {
+    pub params: LeaseParams,
+    /// `ID`: the caller's token; without it the master makes one.
+    pub token: Option<Token>,
+    pub block_ms: Option<u64>,
+    pub at_us: Option<u64>,
+}
+
+/// `THROTTLE.RELEASE key token [AT µs]` (`lease_us: None`) or
+/// `THROTTLE.RENEW key token lease [AT µs]`, after the key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Holder {
+    pub token: Token,
+    pub lease_us: Option<u64>,
+    pub at_us: Option<u64>,
+}
+
+/// The rate-limit options, refused by name on the lease commands.
+const RATE_OPTIONS: [&str; 12] =
+    ["COST", "BURST", "EXACT", "FLOOR", "BAN", "RENEW", "BACKOFF", "TALLY", "FORCE", "NOW", "DETAIL", "TTLFROMUS"];
+
+/// The error for an option the lease command `command` does not take.
+fn not_for_lease(token: &[u8], command: &'static str) -> ArgError {
+    match RATE_OPTIONS.iter().find(|name| token.eq_ignore_ascii_case(name.as_bytes())) {
+        Some(name) => ArgError::NotForLease(name, command),
+        None => ArgError::UnknownOption(printable(token)),
+    }
+}
+
+fn parse_lease_us(value: &[u8]) -> Result<u64, ArgError> {
+    parse_period_us(value).filter(|&us| valid_lease_us(us)).ok_or(ArgError::Lease)
+}
+
+/// Parses `limit lease [ID token] [BLOCK ms] [AT µs]`.
+pub fn parse_acquire<'a>(mut args: impl Iterator<Item = &'a [u8]>) -> Result<Acquire, ArgError> {
+    let limit = args.next().ok_or(ArgError::WrongArity)?;
+    let lease = args.next().ok_or(ArgError::WrongArity)?;
+    let limit = parse_u64(limit).filter(|n| (1..=MAX_HOLDERS).contains(n)).ok_or(ArgError::Holders)?;
+    let lease_us = parse_lease_us(lease)?;
+    let (mut token, mut block_ms, mut at_us) = (None, None, None);
+    while let Some(word) = args.next() {
+        if word.eq_ignore_ascii_case(b"ID") {
+            let value = option_value(&mut args, "ID", token.is_some())?;
+            token = Some(Token::new(value).ok_or(ArgError::Token("ID"))?);
+        } else if word.eq_ignore_ascii_case(b"BLOCK") {
+            let value = option_value(&mut args, "BLOCK", block_ms.is_some())?;
+            block_ms = Some(parse_u64(value).filter(|&ms| ms <= MAX_BLOCK_MS).ok_or(ArgError::Block)?);
+        } else if word.eq_ignore_ascii_case(b"AT") {
+            let value = option_value(&mut args, "AT", at_us.is_some())?;
+            at_us = Some(parse_at(value)?);
+        } else {
+            return Err(not_for_lease(word, "THROTTLE.ACQUIRE"));
+        }
+    }
+    Ok(Acquire { params: LeaseParams::new(limit, lease_us)?, token, block_ms, at_us })
+}
+
+/// Parses `token [AT µs]` (RELEASE) or `token lease [AT µs]` (RENEW).
+pub fn parse_holder<'a>(renew: bool, mut args: impl Iterator<Item = &'a [u8]>) -> Result<Holder, ArgError> {
+    let command = if renew { "THROTTLE.RENEW" } else { "THROTTLE.RELEASE" };
+    let token = args.next().ok_or(ArgError::WrongArity)?;
+    let token = Token::new(token).ok_or(ArgError::Token("token"))?;
+    let lease_us = if renew { Some(parse_lease_us(args.next().ok_or(ArgError::WrongArity)?)?) } else { None };
+    let mut at_us = None;
+    while let Some(word) = args.next() {
+        if word.eq_ignore_ascii_case(b"AT") {
+            let value = option_value(&mut args, "AT", at_us.is_some())?;
+            at_us = Some(parse_at(value)?);
+        } else if word.eq_ignore_ascii_case(b"BLOCK") || word.eq_ignore_ascii_case(b"ID") {
+            let name = if word.eq_ignore_ascii_case(b"ID") { "ID" } else { "BLOCK" };
+            return Err(ArgError::NotForLease(name, command));
+        } else {
+            return Err(not_for_lease(word, command));
+        }
+    }
+    Ok(Holder { token, lease_us, at_us })
+}
+
+/// A change to a key's leases as replicas and the AOF receive it
+/// (`THROTTLE._LEASE key <change>`): the [`Effect`] and the master's clock
+/// (the key's expiry counts from it), in binary.
+pub struct PackedEffect {
+    bytes: [u8; PackedEffect::CAPACITY],
+    len: usize,
+}
+
+impl PackedEffect {
+    const VERSION: u8 = 1;
+    /// Version, `p` (put) or `r` (remove), then the change's time, the
+    /// limit, the lease's end (0 for a removal) and the master's clock,
+    /// each a little-endian word, then the token's bytes.
+    const HEAD: usize = 2 + 8 * 4;
+    const CAPACITY: usize = PackedEffect::HEAD + crate::limiter::MAX_TOKEN_LEN;
+
+    pub fn new(effect: &Effect, clock_us: u64) -> PackedEffect {
+        let mut bytes = [0; PackedEffect::CAPACITY];
+        bytes[0] = PackedEffect::VERSION;
+        bytes[1] = if effect.until_us.is_some() { b'p' } else { b'r' };
+        let words = [effect.at_us, effect.limit, effect.until_us.unwrap_or(0), clock_us];
+        for (slot, word) in bytes[2..PackedEffect::HEAD].chunks_exact_mut(8).zip(words) {
+            slot.copy_from_slice(&word.to_le_bytes());
+        }
+        let token = effect.token.as_bytes();
+        let len = PackedEffect::HEAD + token.len();
+        if let Some(slot) = bytes.get_mut(PackedEffect::HEAD..len) {
+            slot.copy_from_slice(token);
+        }
+        PackedEffect { bytes, len }
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        self.bytes.get(..self.len).unwrap_or_default()
+    }
+
+    /// The change and the master's clock, every field in its bounds: a
+    /// hand-made argument is refused.
+    pub fn unpack(bytes: &[u8]) -> Result<(Effect, u64), ArgError> {
+        let bad = || ArgError::LeaseEffect;
+        let (head, token) = bytes.split_at_checked(PackedEffect::HEAD).ok_or_else(bad)?;
+        let [version, op, words @ ..] = head else { return Err(bad()) };
+        if *version != PackedEffect::VERSION {
+            return Err(bad());
+        }
+        let mut word = words.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()));
+        let mut next = || word.next().ok_or_else(bad);
+        let (at_us, limit, until_us, clock_us) = (next()?, next()?, next()?, next()?);
+        let token = Token::new(token).ok_or_else(bad)?;
+        if at_us > MAX_TIME_US || clock_us > MAX_TIME_US || !(1..=MAX_HOLDERS).contains(&limit) {
+            return Err(bad());
+        }
+        let until_us = match op {
+            b'p' if until_us > at_us && until_us - at_us <= MAX_PERIOD_US => Some(until_us),
+            b'r' if until_us == 0 => None,
+            _ => return Err(bad()),
+        };
+        Ok((Effect { at_us, limit, token, until_us }, clock_us))
+    }
+}
+
 /// A call as replicas and the AOF receive it (`THROTTLE._CALL key <call>`):
 /// the algorithm and every value the call ran with, its time and the
 /// master's clock included, in binary. One argument instead of a dozen
@@ -760,6 +931,81 @@ mod tests {
             assert!(want.message().starts_with("ERR "));
         }
         assert_eq!(printable(b"a\x00\xff"), "a\\x00\\xff");
+    }
+
+    #[test]
+    fn lease_commands() {
+        let words = |line: &'static str| line.split(' ').filter(|w| !w.is_empty()).map(str::as_bytes);
+        let a = parse_acquire(words("3 30s id job-1 BLOCK 500 at 7")).unwrap();
+        assert_eq!((a.params.limit(), a.params.lease_us(), a.block_ms, a.at_us), (3, 30_000_000, Some(500), Some(7)));
+        assert_eq!(a.token.map(|t| t.as_bytes().to_vec()), Some(b"job-1".to_vec()));
+        assert_eq!(parse_acquire(words("1 1ms")).unwrap().token, None);
+        let bad: &[(&str, ArgError)] = &[
+            ("0 1s", ArgError::Holders),
+            ("100001 1s", ArgError::Holders),
+            ("x 1s", ArgError::Holders),
+            ("1 0", ArgError::Lease),
+            ("1 3651d", ArgError::Lease),
+            ("1 1.5s", ArgError::Lease),
+            ("1", ArgError::WrongArity),
+            ("1 1s ID", ArgError::MissingValue("ID")),
+            ("1 1s ID a ID b", ArgError::Repeated("ID")),
+            ("1 1s BLOCK -1", ArgError::Block),
+            ("1 1s AT 10000000000000001", ArgError::At),
+            ("1 1s COST 2", ArgError::NotForLease("COST", "THROTTLE.ACQUIRE")),
+            ("1 1s detail", ArgError::NotForLease("DETAIL", "THROTTLE.ACQUIRE")),
+            ("1 1s NOPE", ArgError::UnknownOption("NOPE".into())),
+        ];
+        for (line, want) in bad {
+            assert_eq!(parse_acquire(words(line)).as_ref(), Err(want), "{line}");
+            assert!(want.message().starts_with("ERR "), "{line}");
+        }
+        let long = "x".repeat(65);
+        let args = [&b"1"[..], b"1s", b"ID", long.as_bytes()];
+        assert_eq!(parse_acquire(args.into_iter()), Err(ArgError::Token("ID")));
+        assert_eq!(ArgError::Token("ID").message(), "ERR invalid ID: expected a token of 1 to 64 bytes");
+        let h = parse_holder(true, words("tok 5s AT 9")).unwrap();
+        assert_eq!((h.token.as_bytes(), h.lease_us, h.at_us), (&b"tok"[..], Some(5_000_000), Some(9)));
+        let h = parse_holder(false, words("tok")).unwrap();
+        assert_eq!((h.lease_us, h.at_us), (None, None));
+        assert_eq!(parse_holder(true, words("tok")), Err(ArgError::WrongArity));
+        assert_eq!(parse_holder(false, words("tok 5s")), Err(ArgError::UnknownOption("5s".into())));
+        assert_eq!(parse_holder(false, words("tok BLOCK 1")), Err(ArgError::NotForLease("BLOCK", "THROTTLE.RELEASE")));
+        assert_eq!(parse_holder(true, words("tok 0")), Err(ArgError::Lease));
+        assert_eq!(parse_holder(false, [&b""[..]].into_iter()), Err(ArgError::Token("token")));
+    }
+
+    #[test]
+    fn a_packed_lease_change_unpacks_to_the_same_and_refuses_anything_else() {
+        let token = Token::new(b"job").unwrap();
+        let put = Effect { at_us: MAX_TIME_US, limit: MAX_HOLDERS, token, until_us: Some(MAX_TIME_US + MAX_PERIOD_US) };
+        let remove = Effect { at_us: 5, limit: 1, token, until_us: None };
+        for effect in [put, remove] {
+            assert_eq!(PackedEffect::unpack(PackedEffect::new(&effect, 9).bytes()), Ok((effect, 9)));
+        }
+        let good = PackedEffect::new(&put, 9).bytes().to_vec();
+        let with = |at: usize, bytes: &[u8]| {
+            let mut b = good.clone();
+            b[at..at + bytes.len()].copy_from_slice(bytes);
+            b
+        };
+        let bad: &[Vec<u8>] = &[
+            vec![],
+            good[..PackedEffect::HEAD].to_vec(),
+            [&good[..], &[b'x'; 62]].concat(),
+            with(0, &[2]),
+            with(1, b"x"),
+            with(1, b"r"),
+            with(2, &(MAX_TIME_US + 1).to_le_bytes()),
+            with(10, &0u64.to_le_bytes()),
+            with(10, &(MAX_HOLDERS + 1).to_le_bytes()),
+            with(18, &MAX_TIME_US.to_le_bytes()),
+            with(18, &(MAX_TIME_US + MAX_PERIOD_US + 1).to_le_bytes()),
+            with(26, &(MAX_TIME_US + 1).to_le_bytes()),
+        ];
+        for bytes in bad {
+            assert_eq!(PackedEffect::unpack(bytes).map(|_| ()), Err(ArgError::LeaseEffect), "{bytes:?}");
+        }
     }
 
     #[test]

@@ -7,26 +7,43 @@
 //!
 //! Version 2 dropped the parameters the windows do not need (each call
 //! brings them): FIXED and SLIDING EXACT keep no `limit` or `period`,
-//! SLIDING keeps its `period` only. Version 3 (today) dropped FIXED's and
+//! SLIDING keeps its `period` only. Version 3 dropped FIXED's and
 //! SLIDING's last change (a call before the window's start counts at the
 //! start). Values of versions 1 and 2, which carried them, still load:
 //! what they carried is checked, then left out. The buckets' words are the
-//! same in every version. Version 4 follows a state's words with its ban:
-//! a word 0 for none, or 3 and the ban's end, length and hits.
+//! same in every version. Version 4 puts a key's ban first: a word 0 and
+//! the state's words, or 3 and the ban's end, length and hits (the state a
+//! ban sets aside is idle, and not written). Version 5
+//! (today) added a second form of the TOKEN type's value, the state
+//! CL.THROTTLE keeps (redis-cell's theoretical arrival time and arguments),
+//! marked by a first word no bucket has.
 
+use crate::limiter::cell::CellState;
 use crate::limiter::{
-    Ban, Bucket, Counts, Entry, FixedWindow, LeakyBucket, Limiter, Params, Penalized, SlidingLog, SlidingWindow,
-    TokenBucket, MAX_LIMIT, MAX_PERIOD_US, MAX_TIME_US, MIN_PERIOD_US,
+    Ban, Bucket, Counts, Entry, FixedWindow, LeakyBucket, Lease, Leases, Limiter, Params, Penalized, SlidingLog,
+    SlidingWindow, TokenBucket, TokenForm, MAX_HOLDERS, MAX_LIMIT, MAX_PERIOD_US, MAX_TIME_US, MAX_TOKEN_LEN,
+    MIN_PERIOD_US,
 };
 
 /// The encoding version written today; later releases keep loading it.
-pub const ENCODING_VERSION: i32 = 4;
+pub const ENCODING_VERSION: i32 = 5;
+/// The first encoding of the lease type (`thr-lease`): no earlier version
+/// wrote one.
+pub const LEASES_SINCE: i32 = V5;
 /// The first encoding with a ban after the state's words.
 const V4: i32 = 4;
 /// The first encoding, still loaded.
 const V1: i32 = 1;
 /// The second, still loaded.
 const V2: i32 = 2;
+/// The first with CL.THROTTLE's own form of a TOKEN value.
+const V5: i32 = 5;
+
+/// The first word of a TOKEN value in CL.THROTTLE's form (version 5 and
+/// later): `u64::MAX`, where a bucket has its level's high word (below
+/// 2^34). Then `tat` (Unix ns) high and low, `max_burst`, `count` and
+/// `period` as `i64` bits: six words, as a bucket's.
+const CELL_MARKER: u64 = u64::MAX;
 
 /// Why a stored value is refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -209,6 +226,11 @@ fn encode_bucket(b: &Bucket, out: &mut dyn FnMut(u64)) {
 fn decode_bucket(version: i32, src: &mut dyn WordSource) -> Result<Bucket, DecodeError> {
     known_version(version)?;
     let high = src.word()?;
+    decode_bucket_after(high, src)
+}
+
+/// A bucket's words after the first (its level's high word).
+fn decode_bucket_after(high: u64, src: &mut dyn WordSource) -> Result<Bucket, DecodeError> {
     let low = src.word()?;
     let level = u128::from(high) << 64 | u128::from(low);
     let updated_at_us = time(src)?;
@@ -219,11 +241,27 @@ fn decode_bucket(version: i32, src: &mut dyn WordSource) -> Result<Bucket, Decod
 
 impl Codec for TokenBucket {
     fn encode(&self, out: &mut dyn FnMut(u64)) {
-        encode_bucket(&self.bucket(), out);
+        match self.form() {
+            TokenForm::Bucket(bucket) => encode_bucket(&bucket, out),
+            TokenForm::Cell(c) => {
+                let words = [CELL_MARKER, (c.tat_ns >> 64) as u64, c.tat_ns as u64];
+                for w in words.into_iter().chain([c.max_burst, c.count, c.period].map(|v| v as u64)) {
+                    out(w);
+                }
+            }
+        }
     }
 
     fn decode(version: i32, src: &mut dyn WordSource) -> Result<Self, DecodeError> {
-        decode_bucket(version, src).map(|b| TokenBucket::from_bucket(&b))
+        known_version(version)?;
+        let first = src.word()?;
+        if first != CELL_MARKER || version < V5 {
+            return decode_bucket_after(first, src).map(|b| TokenBucket::from_bucket(&b));
+        }
+        let tat_ns = u128::from(src.word()?) << 64 | u128::from(src.word()?);
+        let (max_burst, count, period) = (src.word()? as i64, src.word()? as i64, src.word()? as i64);
+        let cell = CellState::new(tat_ns, max_burst, count, period).ok_or(DecodeError::Invalid("cell state"))?;
+        Ok(TokenBucket::from_cell(&cell))
     }
 }
 
@@ -234,6 +272,64 @@ impl Codec for LeakyBucket {
 
     fn decode(version: i32, src: &mut dyn WordSource) -> Result<Self, DecodeError> {
         decode_bucket(version, src).map(|b| LeakyBucket::from_bucket(&b))
+    }
+}
+
+/// Leases (`thr-lease`), from version 5 on ([`LEASES_SINCE`]): the limit, the time of the
+/// latest change, the number of leases, then each lease's end, its
+/// token's length in bytes and the token in words of 8 bytes
+/// (little-endian, the last one padded with zeros).
+impl Codec for Leases {
+    fn encode(&self, out: &mut dyn FnMut(u64)) {
+        for w in [self.limit, self.updated_at_us, self.leases.len() as u64] {
+            out(w);
+        }
+        for lease in &self.leases {
+            out(lease.until_us);
+            out(lease.token.len() as u64);
+            for chunk in lease.token.chunks(8) {
+                let mut word = [0u8; 8];
+                word.iter_mut().zip(chunk).for_each(|(w, b)| *w = *b);
+                out(u64::from_le_bytes(word));
+            }
+        }
+    }
+
+    /// Refuses anything the commands could not have stored: a limit out of
+    /// range, more leases than it, none at all (the key would be gone), a
+    /// lease ended by the latest change or longer than the longest lease,
+    /// a token of bad length or padding, leases out of order or a token
+    /// twice.
+    fn decode(version: i32, src: &mut dyn WordSource) -> Result<Self, DecodeError> {
+        if !(LEASES_SINCE..=ENCODING_VERSION).contains(&version) {
+            return Err(DecodeError::Version);
+        }
+        let limit = src.word()?;
+        check((1..=MAX_HOLDERS).contains(&limit), "limit")?;
+        let updated_at_us = time(src)?;
+        let count = src.word()?;
+        check(count >= 1 && count <= limit, "lease count")?;
+        let mut leases: Vec<Lease> = Vec::with_capacity(count as usize);
+        let mut tokens = std::collections::HashSet::with_capacity(count as usize);
+        for _ in 0..count {
+            let until_us = src.word()?;
+            check(until_us > updated_at_us && until_us - updated_at_us <= MAX_PERIOD_US, "lease end")?;
+            let len = src.word()?;
+            check((1..=MAX_TOKEN_LEN as u64).contains(&len), "token length")?;
+            let len = len as usize;
+            let mut token = Vec::with_capacity(len);
+            for _ in 0..len.div_ceil(8) {
+                let bytes = src.word()?.to_le_bytes();
+                let take = (len - token.len()).min(8);
+                check(bytes.get(take..).unwrap_or_default().iter().all(|&b| b == 0), "token padding")?;
+                token.extend_from_slice(bytes.get(..take).unwrap_or_default());
+            }
+            let lease = Lease { until_us, token: token.into_boxed_slice() };
+            check(leases.last().is_none_or(|last| *last < lease), "lease order")?;
+            check(tokens.insert(lease.token.clone()), "token repeated")?;
+            leases.push(lease);
+        }
+        Ok(Leases { limit, updated_at_us, leases })
     }
 }
 
@@ -342,6 +438,50 @@ mod tests {
         assert_eq!(loaded, Penalized::new(FixedWindow { window_start_us: 5, count: 1 }));
     }
 
+    /// Leases round-trip; every field a hostile payload could bend is
+    /// refused, and versions before leases existed are too.
+    #[test]
+    fn leases_round_trip_and_are_checked() {
+        use crate::limiter::{LeaseParams, Token};
+        let mut leases = Leases::default();
+        let p = LeaseParams::new(3, 10_000_000).unwrap();
+        for (at, token) in [(5, &b"a"[..]), (6, b"a-token-longer-than-eight"), (7, &[0xff; MAX_TOKEN_LEN][..])] {
+            assert!(leases.acquire(&p, Token::new(token).unwrap(), at).decision.allowed);
+        }
+        round_trip(leases.clone());
+        let encoded = words(&leases);
+        assert_eq!(Leases::decode(LEASES_SINCE - 1, &mut encoded.iter().copied()), Err(DecodeError::Version));
+        let decode = |w: &[u64]| Leases::decode(ENCODING_VERSION, &mut w.iter().copied());
+        let with = |at: usize, value: u64| {
+            let mut w = encoded.clone();
+            w[at] = value;
+            w
+        };
+        // [limit, updated_at, count, until, len, token...]
+        assert_eq!(decode(&with(0, 0)), Err(DecodeError::Invalid("limit")));
+        assert_eq!(decode(&with(0, MAX_HOLDERS + 1)), Err(DecodeError::Invalid("limit")));
+        assert_eq!(decode(&with(0, 2)), Err(DecodeError::Invalid("lease count")));
+        assert_eq!(decode(&with(1, MAX_TIME_US + 1)), Err(DecodeError::Invalid("time")));
+        assert_eq!(decode(&with(2, 0)), Err(DecodeError::Invalid("lease count")));
+        assert_eq!(decode(&with(2, u64::MAX)), Err(DecodeError::Invalid("lease count")));
+        assert_eq!(decode(&with(3, 7)), Err(DecodeError::Invalid("lease end")), "ended by the latest change");
+        assert_eq!(decode(&with(3, 7 + MAX_PERIOD_US + 1)), Err(DecodeError::Invalid("lease end")));
+        assert_eq!(decode(&with(4, 0)), Err(DecodeError::Invalid("token length")));
+        assert_eq!(decode(&with(4, MAX_TOKEN_LEN as u64 + 1)), Err(DecodeError::Invalid("token length")));
+        assert_eq!(decode(&with(5, 0x161)), Err(DecodeError::Invalid("token padding")));
+        // The second lease (ends at 6 s + 5 µs... ) moved before the first.
+        assert_eq!(decode(&with(6, 1)), Err(DecodeError::Invalid("lease end")));
+        let mut twice = Leases::default();
+        twice.acquire(&p, Token::new(b"a").unwrap(), 5);
+        twice.acquire(&p, Token::new(b"b").unwrap(), 6);
+        let mut w = words(&twice);
+        w[0] = 3;
+        w[8] = w[5]; // "b" becomes "a"
+        assert_eq!(decode(&w), Err(DecodeError::Invalid("token repeated")));
+        w[6] = w[3]; // the same end too: out of order
+        assert_eq!(decode(&w), Err(DecodeError::Invalid("lease order")));
+    }
+
     #[test]
     fn every_type_round_trips_and_refuses_truncation() {
         let p = Params::new(10, 1_000_000, Some(20)).unwrap();
@@ -351,6 +491,52 @@ mod tests {
         round_trip(used::<SlidingLog>(p, &calls));
         round_trip(used::<TokenBucket>(p, &calls));
         round_trip(used::<LeakyBucket>(p, &calls));
+    }
+
+    /// CL.THROTTLE's form of a TOKEN value: six words behind a marker no
+    /// bucket has, loaded from version 5 on, checked like the rest.
+    #[test]
+    fn cell_form_round_trips_from_version_5() {
+        let tat = (1u128 << 64) + 123_456_789;
+        for (b, c, p) in [(15, 30, 60), (-5, 1, -60), (1000, 1, 2_592_000), (0, 1, i64::MIN)] {
+            let cell = CellState::new(tat, b, c, p).unwrap();
+            let state = TokenBucket::from_cell(&cell);
+            assert_eq!(state.form(), TokenForm::Cell(cell));
+            round_trip(state.clone());
+            let encoded = words(&state);
+            assert_eq!(encoded, [u64::MAX, 1, 123_456_789, b as u64, c as u64, p as u64]);
+            // Versions 1 to 4 read the marker as a bucket's level: refused.
+            for old in [1, 2, 3, 4] {
+                assert!(TokenBucket::decode(old, &mut encoded.iter().copied()).is_err());
+            }
+        }
+        let good = [u64::MAX, 0, 5, 15, 30, 60];
+        assert!(TokenBucket::decode(5, &mut good.into_iter()).is_ok());
+        let bad: &[([u64; 6], &str)] = &[
+            ([u64::MAX, 0, 0, 15, 30, 60], "no tat"),
+            ([u64::MAX, 4, 0, 15, 30, 60], "tat beyond any call"),
+            ([u64::MAX, 0, 5, 15, 0, 60], "zero rate"),
+            ([u64::MAX, 0, 5, 15, 1_000_000_001, 1], "rate under 1 ns"),
+            ([u64::MAX, 0, 5, i64::MAX as u64, 30, 60], "max_burst + 1 wraps"),
+            ([u64::MAX, 0, 5, 1 << 40, 1, 1 << 40], "tolerance wraps"),
+        ];
+        for (words, why) in bad {
+            assert!(TokenBucket::decode(5, &mut words.iter().copied()).is_err(), "{why}");
+        }
+        // The native buckets' words are unchanged in version 5.
+        let p = Params::new(10, 1_000_000, Some(20)).unwrap();
+        let token = used::<TokenBucket>(p, &[(5, 3)]);
+        let encoded = words(&token);
+        for version in [3, 4, 5] {
+            assert_eq!(TokenBucket::decode(version, &mut encoded.iter().copied()), Ok(token.clone()));
+        }
+        // Behind the ban word of versions 4 and later, as the TOKEN type
+        // stores it.
+        let cell = CellState::new(5, 15, 30, 60).unwrap();
+        let stored = Penalized::new(TokenBucket::from_cell(&cell));
+        round_trip(stored.clone());
+        assert_eq!(words(&stored), [0, u64::MAX, 0, 5, 15, 30, 60]);
+        assert!(Penalized::<TokenBucket>::decode(4, &mut words(&stored).into_iter()).is_err());
     }
 
     /// A refund under a lowered limit stores a count above that limit; it

@@ -5,125 +5,8 @@
 
 mod common;
 
+use common::dump::{crc64, Dump, ModuleValue};
 use common::{call, error, throttle, Rng, Server};
-
-/// Redis's CRC-64 (Jones polynomial, reflected, init 0, no final xor), as
-/// `crc64.c` computes it over a DUMP payload.
-fn crc64(data: &[u8]) -> u64 {
-    const POLY: u64 = 0xad93_d235_94c9_35a9_u64.reverse_bits();
-    let mut crc = 0u64;
-    for &byte in data {
-        crc ^= u64::from(byte);
-        for _ in 0..8 {
-            crc = if crc & 1 == 1 { (crc >> 1) ^ POLY } else { crc >> 1 };
-        }
-    }
-    crc
-}
-
-/// A DUMP payload split into the serialized value and its RDB version.
-struct Dump {
-    body: Vec<u8>,
-    version: [u8; 2],
-}
-
-impl Dump {
-    fn parse(payload: &[u8]) -> Dump {
-        assert!(payload.len() > 10, "a DUMP payload: {payload:?}");
-        let (rest, crc) = payload.split_at(payload.len() - 8);
-        let crc = u64::from_le_bytes(crc.try_into().expect("8 bytes"));
-        assert_eq!(crc64(rest), crc, "the test's CRC-64 matches Redis's");
-        let (body, version) = rest.split_at(rest.len() - 2);
-        Dump { body: body.to_vec(), version: [version[0], version[1]] }
-    }
-
-    /// A payload for `body` that passes RESTORE's checksum.
-    fn seal(&self, body: &[u8]) -> Vec<u8> {
-        let mut out = body.to_vec();
-        out.extend_from_slice(&self.version);
-        let crc = crc64(&out);
-        out.extend_from_slice(&crc.to_le_bytes());
-        out
-    }
-}
-
-/// RDB length encoding (what `RedisModule_SaveUnsigned` writes).
-fn write_len(out: &mut Vec<u8>, n: u64) {
-    if n < 1 << 6 {
-        out.push(n as u8);
-    } else if n < 1 << 14 {
-        out.push(0x40 | (n >> 8) as u8);
-        out.push(n as u8);
-    } else if n <= u64::from(u32::MAX) {
-        out.push(0x80);
-        out.extend_from_slice(&(n as u32).to_be_bytes());
-    } else {
-        out.push(0x81);
-        out.extend_from_slice(&n.to_be_bytes());
-    }
-}
-
-fn read_len(bytes: &[u8], pos: &mut usize) -> u64 {
-    let first = bytes[*pos];
-    *pos += 1;
-    match first >> 6 {
-        0 => u64::from(first & 0x3f),
-        1 => {
-            let n = u64::from(first & 0x3f) << 8 | u64::from(bytes[*pos]);
-            *pos += 1;
-            n
-        }
-        _ if first == 0x80 => {
-            let n = u32::from_be_bytes(bytes[*pos..*pos + 4].try_into().expect("4 bytes"));
-            *pos += 4;
-            u64::from(n)
-        }
-        _ if first == 0x81 => {
-            let n = u64::from_be_bytes(bytes[*pos..*pos + 8].try_into().expect("8 bytes"));
-            *pos += 8;
-            n
-        }
-        _ => panic!("unexpected length byte {first:#x}"),
-    }
-}
-
-/// A module value: `RDB_TYPE_MODULE_2`, the module type id, then
-/// (`RDB_MODULE_OPCODE_UINT`, word)... and `RDB_MODULE_OPCODE_EOF`.
-struct ModuleValue {
-    head: Vec<u8>,
-    words: Vec<u64>,
-}
-
-impl ModuleValue {
-    fn parse(body: &[u8]) -> ModuleValue {
-        assert_eq!(body[0], 7, "RDB_TYPE_MODULE_2");
-        let mut pos = 1;
-        read_len(body, &mut pos); // module type id and encoding version
-        let head = body[..pos].to_vec();
-        let mut words = Vec::new();
-        loop {
-            match read_len(body, &mut pos) {
-                0 => break,
-                2 => words.push(read_len(body, &mut pos)),
-                op => panic!("unexpected module opcode {op}"),
-            }
-        }
-        assert_eq!(pos, body.len(), "the value ends at EOF");
-        ModuleValue { head, words }
-    }
-
-    fn encode(&self, words: &[u64], eof: bool) -> Vec<u8> {
-        let mut out = self.head.clone();
-        for &w in words {
-            out.push(2);
-            write_len(&mut out, w);
-        }
-        if eof {
-            out.push(0);
-        }
-        out
-    }
-}
 
 const T0: u64 = 1_700_000_000_000_000;
 const PEEK_AT: u64 = T0 + 10_000_000;
@@ -168,6 +51,16 @@ fn exercise(c: &mut redis::Connection, key: &str, what: &str) {
         // A refund may be refused by a build without refunds; no crash is
         // what counts.
         let _: redis::RedisResult<redis::Value> = call(c, &line);
+    }
+    if kind == "thr-token" {
+        for quantity in [0, 1, -1, 100] {
+            let line = format!("CL.THROTTLE {key} 15 30 60 {quantity}");
+            match call::<redis::Value>(c, &line) {
+                Ok(redis::Value::Array(v)) => assert_eq!(v.len(), 5, "{what}: {line}"),
+                Ok(other) => panic!("{what}: {line}: {other:?}"),
+                Err(e) => assert!(e.code().is_some(), "{what}: {line}: {e}"),
+            }
+        }
     }
     let _: redis::RedisResult<redis::Value> = call(c, &format!("THROTTLE.INFO {key}"));
     if let Ok(1) = call::<i64>(c, &format!("EXISTS {key}")) {
@@ -244,10 +137,16 @@ fn corrupt_restore_payloads_never_crash_the_server() {
     let pid: i64 = common::info_field(&mut c, "server", "process_id").and_then(|p| p.parse().ok()).expect("pid");
     let mut rng = Rng(42);
     let mut accepted_flips = 0;
-    for &(kind, key, head, tail, calls) in KEYS {
+    for &(_, _, head, tail, calls) in KEYS {
         for &(cost, dt) in calls {
             throttle(&mut c, &format!("{head} COST {cost} AT {}{tail}", T0 + dt));
         }
+    }
+    // A TOKEN key in CL.THROTTLE's form (on the server's clock: an hour of
+    // debt).
+    let _: Vec<i64> = call(&mut c, "CL.THROTTLE cl 99 1 60 60").expect("CL.THROTTLE");
+    let keys = KEYS.iter().map(|k| (k.0, k.1)).chain([("thr-token (CL.THROTTLE)", "cl")]);
+    for (kind, key) in keys {
         let payload: Vec<u8> = redis::cmd("DUMP").arg(key).query(&mut c).expect("DUMP");
         let dump = Dump::parse(&payload);
         let value = ModuleValue::parse(&dump.body);
@@ -314,10 +213,11 @@ fn corrupt_restore_payloads_never_crash_the_server() {
                 restore(&mut server, &mut c, &dump.seal(&value.encode(&words, true)), &what);
             }
         }
-        // A future encoding version is refused: the id's low 10 bits.
+        // A future encoding version is refused: the id's low 10 bits, one
+        // past today's.
         let mut head = value.head.clone();
         if let Some(last) = head.last_mut() {
-            *last ^= 0b100;
+            *last = last.wrapping_add(1);
         }
         let future = ModuleValue { head, words: value.words.clone() };
         let what = format!("{kind}: another encoding version");
@@ -329,7 +229,8 @@ fn corrupt_restore_payloads_never_crash_the_server() {
     let same_pid: i64 = common::info_field(&mut c, "server", "process_id").and_then(|p| p.parse().ok()).expect("pid");
     assert_eq!(same_pid, pid, "the server never restarted");
     let log = server.log();
-    assert!(!log.contains("REDIS BUG REPORT") && !log.contains("panicked"), "log:\n{log}");
+    // "=== REDIS BUG REPORT START", "=== VALKEY BUG REPORT START" on Valkey.
+    assert!(!log.contains("BUG REPORT START") && !log.contains("panicked"), "log:\n{log}");
     // The original keys were never touched.
     for &(_, key, _, _, _) in KEYS {
         let exists: i64 = call(&mut c, &format!("EXISTS {key}")).expect("EXISTS");
@@ -356,16 +257,36 @@ fn hand_made_load_calls_are_validated() {
     assert_eq!(throttle(&mut c, &format!("THROTTLE.SLIDING good:exact 10 1m COST 0 AT {} EXACT", t + 5)).2, 7);
     ok(&mut c, &format!("THROTTLE._LOAD good:token thr-token 1 0 60000000 {t} 10 60000000 20"));
     ok(&mut c, &format!("THROTTLE._LOAD good:leaky thr-leaky 1 0 0 {t} 10 60000000 20"));
+    // CL.THROTTLE's form of a TOKEN value (version 5): no ban, then the
+    // marker, tat (ns) high and low, max_burst, count, period; negative
+    // arguments as i64 bits.
+    let m = u64::MAX;
+    let tat = (t + 20_000_000) * 1_000;
+    ok(&mut c, &format!("THROTTLE._LOAD good:cell thr-token 5 0 {m} 0 {tat} 15 30 60"));
+    ok(&mut c, &format!("THROTTLE._LOAD good:cell2 thr-token 5 0 {m} 0 {tat} {} 1 {}", -5i64 as u64, -60i64 as u64));
+    let token = throttle(&mut c, &format!("THROTTLE.TOKEN good:cell 30 60s BURST 16 COST 0 AT {t}"));
+    assert_eq!(token, (1, 16, 6, 0, 20_000), "20 s of debt at 2 s a token, 16 tokens");
 
     let bad = [
         // Unknown type or version.
         format!("THROTTLE._LOAD k thr-nope 1 {t} 3 {t} 10 60000000"),
         format!("THROTTLE._LOAD k THR-FIXED 1 {t} 3 {t} 10 60000000"),
         format!("THROTTLE._LOAD k thr-fixed 0 {t} 3 {t} 10 60000000"),
-        format!("THROTTLE._LOAD k thr-fixed 4 {t} 3 {t} 10 60000000"),
+        format!("THROTTLE._LOAD k thr-fixed 6 {t} 3 {t} 10 60000000"),
         format!("THROTTLE._LOAD k thr-fixed -1 {t} 3 {t} 10 60000000"),
         format!("THROTTLE._LOAD k thr-fixed one {t} 3 {t} 10 60000000"),
         format!("THROTTLE._LOAD k thr-fixed 4294967297 {t} 3 {t} 10 60000000"),
+        // CL.THROTTLE's form: not before version 4, a tat in range, a rate
+        // redis-cell runs without wrapping, six words.
+        format!("THROTTLE._LOAD k thr-token 3 {} 0 {} 15 30 60", u64::MAX, t * 1_000),
+        format!("THROTTLE._LOAD k thr-token 4 0 {} 0 {} 15 30 60", u64::MAX, t * 1_000),
+        format!("THROTTLE._LOAD k thr-token 5 0 {} 0 0 15 30 60", u64::MAX),
+        format!("THROTTLE._LOAD k thr-token 5 0 {} 2 0 15 30 60", u64::MAX),
+        format!("THROTTLE._LOAD k thr-token 5 0 {} 0 {} 15 0 60", u64::MAX, t * 1_000),
+        format!("THROTTLE._LOAD k thr-token 5 0 {} 0 {} 15 30 0", u64::MAX, t * 1_000),
+        format!("THROTTLE._LOAD k thr-token 5 0 {} 0 {} {} 30 60", u64::MAX, t * 1_000, i64::MAX),
+        format!("THROTTLE._LOAD k thr-token 5 0 {} 0 {} 15 30", u64::MAX, t * 1_000),
+        format!("THROTTLE._LOAD k thr-token 5 0 {} 0 {} 15 30 60 1", u64::MAX, t * 1_000),
         // Fixed window: count, limit, period, times, window, word count, numbers.
         format!("THROTTLE._LOAD k thr-fixed 1 {t} 1000000000000001 {t} 10 60000000"),
         format!("THROTTLE._LOAD k thr-fixed 1 {t} 0 {t} 10 60000000"),

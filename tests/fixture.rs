@@ -1,9 +1,10 @@
-//! Earlier encodings stay loadable: `tests/fixtures/v1.rdb`, `v2.rdb` and
-//! `v3.rdb` were each written once by `write_fixture` with a build of that version
-//! (run it with `--ignored` and `THROTTLE_FIXTURE=vN.rdb` only to add a
-//! version, never to "fix" a failing `fixtures_load`: that failure means
-//! today's build cannot read yesterday's data). All hold the same keys,
-//! made by the same calls.
+//! Earlier encodings stay loadable: `tests/fixtures/v1.rdb` to `v5.rdb`
+//! were each written once by `write_fixture` with a build of that version
+//! (run it with `--ignored`, `THROTTLE_FIXTURE=vN.rdb` and that build as
+//! `THROTTLE_MODULE` only to add a version, never to "fix" a failing
+//! `fixtures_load`: that failure means today's build cannot read
+//! yesterday's data). All hold the same keys, made by the same calls; from
+//! version 5 on, a key CL.THROTTLE wrote in its own form too.
 
 mod common;
 
@@ -84,8 +85,35 @@ const KEYS: &[Key] = &[
     },
 ];
 
-/// The committed fixtures, oldest first.
-const FIXTURES: &[&str] = &["v1.rdb", "v2.rdb", "v3.rdb"];
+/// A key CL.THROTTLE wrote (version 5 and later): its call, on the
+/// server's clock (CL.THROTTLE has no `AT`), and what THROTTLE.INFO shows
+/// of the loaded value: max_burst, count_per_period, period and tat (Unix
+/// µs), none of which moves with time.
+struct CellKey {
+    name: &'static str,
+    call: &'static str,
+    digest: &'static str,
+    info: [i64; 4],
+}
+
+/// 1 per 30 days with a burst of 1000, 500 taken: the native commands'
+/// bounds refuse it, and the debt outlives the fixture by decades.
+const CELL_KEYS: &[CellKey] = &[CellKey {
+    name: "v5:cell",
+    call: "CL.THROTTLE v5:cell 1000 1 2592000 500",
+    digest: "acc49c957e9720be67e259942ea8caea7a74b0cc",
+    info: [1000, 1, 2_592_000, 3_092_180_453_445_458],
+}];
+
+/// The committed fixtures, oldest first, and whether each has [`CELL_KEYS`].
+const FIXTURES: &[(&str, bool)] =
+    &[("v1.rdb", false), ("v2.rdb", false), ("v3.rdb", false), ("v4.rdb", false), ("v5.rdb", true)];
+
+/// THROTTLE.INFO's integer fields after `algorithm`, in order.
+fn info_numbers(c: &mut redis::Connection, key: &str) -> Vec<i64> {
+    let info: Vec<redis::Value> = call(c, &format!("THROTTLE.INFO {key}")).expect("THROTTLE.INFO");
+    info.iter().filter_map(|v| if let redis::Value::Int(n) = v { Some(*n) } else { None }).collect()
+}
 
 fn fixture_path(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
@@ -100,6 +128,8 @@ fn peek_line(key: &Key) -> String {
 #[test]
 #[ignore = "wrote the committed fixtures, each with a build of its version; kept to show how"]
 fn write_fixture() {
+    let name = std::env::var("THROTTLE_FIXTURE").expect("THROTTLE_FIXTURE names the file to write");
+    let cell = FIXTURES.iter().find(|f| f.0 == name).is_none_or(|f| f.1);
     let server = Server::start();
     let mut c = server.conn();
     for key in KEYS {
@@ -112,20 +142,25 @@ fn write_fixture() {
         assert_eq!(kind, key.kind);
         println!("{}: digest {:?}, peek {:?}", key.name, digest(&mut c, key.name), throttle(&mut c, &peek_line(key)));
     }
+    for key in CELL_KEYS.iter().filter(|_| cell) {
+        let _: Vec<i64> = call(&mut c, key.call).expect("CL.THROTTLE");
+        let persisted: i64 = call(&mut c, &format!("PERSIST {}", key.name)).expect("PERSIST");
+        assert_eq!(persisted, 1, "{}", key.name);
+        println!("{}: digest {:?}, info {:?}", key.name, digest(&mut c, key.name), info_numbers(&mut c, key.name));
+    }
     let ok: String = call(&mut c, "SAVE").expect("SAVE");
     assert_eq!(ok, "OK");
-    let name = std::env::var("THROTTLE_FIXTURE").expect("THROTTLE_FIXTURE names the file to write");
     std::fs::copy(server.dir.path().join("dump.rdb"), fixture_path(&name)).expect("copy the RDB");
 }
 
 #[test]
 fn fixtures_load() {
-    for name in FIXTURES {
-        fixture_loads(name);
+    for &(name, cell) in FIXTURES {
+        fixture_loads(name, cell);
     }
 }
 
-fn fixture_loads(name: &str) {
+fn fixture_loads(name: &str, cell: bool) {
     let fixture = fixture_path(name);
     let server = Server::start_prepared(
         common::free_port(),
@@ -136,7 +171,8 @@ fn fixture_loads(name: &str) {
     );
     let mut c = server.conn();
     let size: i64 = call(&mut c, "DBSIZE").expect("DBSIZE");
-    assert_eq!(size, KEYS.len() as i64, "{name} loaded; log:\n{}", server.log());
+    let cell_keys = if cell { CELL_KEYS.len() } else { 0 };
+    assert_eq!(size, (KEYS.len() + cell_keys) as i64, "{name} loaded; log:\n{}", server.log());
     for key in KEYS {
         let kind: String = call(&mut c, &format!("TYPE {}", key.name)).expect("TYPE");
         assert_eq!(kind, key.kind, "{name} {}", key.name);
@@ -144,6 +180,13 @@ fn fixture_loads(name: &str) {
         assert_eq!(ttl, -1, "{name} {} has no TTL", key.name);
         assert_eq!(digest(&mut c, key.name), key.digest, "{name} {}: digest", key.name);
         assert_eq!(throttle(&mut c, &peek_line(key)), key.peek, "{name} {}: peek at {PEEK_AT}", key.name);
+    }
+    for key in &CELL_KEYS[..cell_keys] {
+        let kind: String = call(&mut c, &format!("TYPE {}", key.name)).expect("TYPE");
+        assert_eq!(kind, "thr-token", "{name} {}", key.name);
+        assert_eq!(digest(&mut c, key.name), key.digest, "{name} {}: digest", key.name);
+        let numbers = info_numbers(&mut c, key.name);
+        assert_eq!(numbers.get(..4), Some(&key.info[..]), "{name} {}: THROTTLE.INFO", key.name);
     }
     // The loaded states run: one more call on each behaves as on the
     // original.

@@ -14,7 +14,8 @@
 //!   `Codec::decode` for versions 0 to 3. A decoded state re-encodes to
 //!   exactly the words read, then runs calls and refunds with parameters,
 //!   costs and times taken from the remaining words; after each, what the
-//!   module would store still decodes to itself.
+//!   module would store still decodes to itself. Leases likewise, driven
+//!   by acquisitions, releases and renewals.
 //! - [`algorithms`]: call sequences on each limiter against simple models
 //!   (exact ones for the windows and the log, the token-bucket bound for
 //!   the buckets); every reply's `remaining`, `retry_after` and
@@ -24,10 +25,10 @@ use std::collections::BTreeMap;
 use std::fmt::Debug;
 
 use redis_throttle::args::{self, Algorithm, ArgError, Call, Spec, TtlFrom, MAX_BLOCK_MS};
-use redis_throttle::codec::{Codec, DecodeError, ENCODING_VERSION};
+use redis_throttle::codec::{Codec, DecodeError, ENCODING_VERSION, LEASES_SINCE};
 use redis_throttle::limiter::{
-    Decision, FixedWindow, LeakyBucket, Limiter, Params, SlidingLog, SlidingWindow, TokenBucket, MAX_LIMIT,
-    MAX_PERIOD_US, MAX_TIME_US, MIN_PERIOD_US, NEVER,
+    Decision, Escalation, FixedWindow, LeakyBucket, LeaseParams, Leases, Limiter, Params, Penalized, Rules, SlidingLog,
+    SlidingWindow, Token, TokenBucket, MAX_HOLDERS, MAX_LIMIT, MAX_PERIOD_US, MAX_TIME_US, MIN_PERIOD_US, NEVER,
 };
 
 /// The largest `reset_after` or `retry_after` any algorithm may answer, in
@@ -140,8 +141,38 @@ fn check_call(algorithm: Algorithm, call: &Call, args: &[&[u8]]) {
     if let Some((option, clock)) = call.ttl_from.map(ttl_from_words) {
         line.push_str(&format!(" {option} {clock}"));
     }
+    if p.floor_previous() {
+        line.push_str(" FLOOR");
+    }
+    line.push_str(&rules_words(&call.rules));
+    if call.detail {
+        line.push_str(" DETAIL");
+    }
     let again = args::parse_call(algorithm, line.split(' ').map(str::as_bytes));
     assert_eq!(again, Ok(Call { at_us: Some(at), block_ms: None, ..*call }), "propagated as {line:?}, from {args:?}");
+}
+
+/// The penalty options as words, each ms period as `<n>ms`.
+fn rules_words(rules: &Rules) -> String {
+    let mut words = String::new();
+    if let Some(us) = rules.ban_us {
+        words.push_str(&format!(" BAN {}ms", us / 1000));
+    }
+    match rules.escalation {
+        Escalation::Plain => {}
+        Escalation::Renew => words.push_str(" RENEW"),
+        Escalation::Backoff { max_us } => words.push_str(&format!(" BACKOFF {}ms", max_us / 1000)),
+    }
+    if let Some(cap) = rules.tally_cap {
+        words.push_str(&format!(" TALLY {cap}"));
+    }
+    if rules.force {
+        words.push_str(" FORCE");
+    }
+    if rules.ban_now {
+        words.push_str(" NOW");
+    }
+    words
 }
 
 /// The master's clock as the propagated form writes it.
@@ -183,7 +214,8 @@ fn check_specs(all: &[&[u8]], specs: &[Spec]) {
     let shift = prefix - start;
     let want: Vec<Spec> = specs
         .iter()
-        .map(|s| Spec { key_index: s.key_index + shift, call: Call { at_us: Some(at), ..s.call }, ..*s })
+        // DETAIL shapes the master's reply only: the propagated form has none.
+        .map(|s| Spec { key_index: s.key_index + shift, call: Call { at_us: Some(at), detail: false, ..s.call }, ..*s })
         .collect();
     assert_eq!(again, want, "propagated THROTTLE.ALL differs: {line:?}");
 }
@@ -249,6 +281,95 @@ pub fn decode_state(data: &[u8]) {
     decode_then_run::<SlidingLog>(&words);
     decode_then_run::<TokenBucket>(&words);
     decode_then_run::<LeakyBucket>(&words);
+    decode_penalized::<FixedWindow>(&words);
+    decode_penalized::<SlidingWindow>(&words);
+    decode_penalized::<SlidingLog>(&words);
+    decode_penalized::<TokenBucket>(&words);
+    decode_penalized::<LeakyBucket>(&words);
+    decode_leases_then_run(&words);
+}
+
+/// A stored key's value as the module keeps it (a state and the ban it
+/// may be under): what decodes re-encodes as read, and the words after it
+/// drive calls with penalties: cost (zigzag), limit, period, a rules
+/// selector, time. A ban never admits; nothing panics.
+fn decode_penalized<T: State>(words: &[u64]) {
+    let mut source = words.iter().copied();
+    let Ok(mut state) = Penalized::<T>::decode(ENCODING_VERSION, &mut source) else { return };
+    let consumed = words.len() - source.len();
+    let mut out = Vec::new();
+    state.encode(&mut |w| out.push(w));
+    assert_eq!(out, words[..consumed], "{} under a ban: not re-encoded as read", T::NAME);
+    for op in words[consumed..].chunks_exact(5) {
+        let &[cost, limit, period, pick, at] = op else { continue };
+        let cost = ((cost >> 1) as i64 ^ -((cost & 1) as i64)).clamp(-(MAX_LIMIT as i64), MAX_LIMIT as i64);
+        let Ok(params) = Params::new(limit, period - period % 1_000, None) else { continue };
+        let now = at.min(MAX_TIME_US);
+        let length = (pick >> 8).clamp(1, MAX_PERIOD_US / 1000) * 1000;
+        let ban = |escalation| Rules { ban_us: Some(length), escalation, ..Rules::default() };
+        let rules = match pick % 7 {
+            0 => Rules::default(),
+            1 => ban(Escalation::Plain),
+            2 => ban(Escalation::Renew),
+            3 => ban(Escalation::Backoff { max_us: MAX_PERIOD_US }),
+            4 => Rules { tally_cap: Some((pick >> 8).clamp(1, MAX_LIMIT)), ..Rules::default() },
+            5 => Rules { force: true, ..Rules::default() },
+            _ => Rules { ban_now: true, ..ban(Escalation::Plain) },
+        };
+        let banned = state.ban().is_some_and(|b| b.holds_at(now));
+        let (decision, _) = state.call(&params, cost, &rules, now);
+        assert!(!(banned && cost >= 0 && decision.allowed), "{}: a ban admitted {cost} at {now}", T::NAME);
+        assert!(decision.remaining <= decision.limit, "{}: {decision:?}", T::NAME);
+        if let Some(b) = state.ban() {
+            assert!(b.length_us() <= MAX_PERIOD_US && b.hits() <= MAX_LIMIT, "{}: {b:?}", T::NAME);
+        }
+    }
+}
+
+/// Leases: a decoded value is well formed and re-encodes as read; the
+/// remaining words drive acquisitions, releases and renewals, each in
+/// fives (kind, token, limit, lease, time), after each of which the state
+/// is well formed, round-trips, and holds no more leases than its limit.
+fn decode_leases_then_run(words: &[u64]) {
+    for version in 0..=ENCODING_VERSION + 1 {
+        let mut source = words.iter().copied();
+        let decoded = Leases::decode(version, &mut source);
+        let Ok(mut state) = decoded else { continue };
+        assert!((LEASES_SINCE..=ENCODING_VERSION).contains(&version), "leases: version {version} accepted");
+        assert!(state.well_formed(), "leases: decoded an unsound state {state:?}");
+        let consumed = words.len() - source.len();
+        assert_eq!(encode(&state), words[..consumed], "leases: not re-encoded as read");
+        for op in words[consumed..].chunks_exact(5) {
+            let &[kind, token, limit, lease, at] = op else { continue };
+            let Some(token) = Token::new(format!("t{}", token % 8).as_bytes()) else { continue };
+            let lease = (lease % MAX_PERIOD_US).max(MIN_PERIOD_US) / 1_000 * 1_000;
+            let now = at.min(MAX_TIME_US);
+            let before = state.clone();
+            let changed = match kind % 3 {
+                0 => {
+                    let Ok(params) = LeaseParams::new(limit % (MAX_HOLDERS + 1), lease) else { continue };
+                    let checked = state.check(&params, Some(token.as_bytes()), now);
+                    let outcome = state.acquire(&params, token, now);
+                    assert_eq!(checked, outcome.decision, "leases: check disagrees");
+                    let live = state.live(state.effective(now)).len() as u64;
+                    assert!(!outcome.decision.allowed || live <= params.limit().max(before.limit()), "over the limit");
+                    outcome.effect.is_some()
+                }
+                1 => state.release(token, now).is_some(),
+                _ => state.renew(token, lease, now).is_some(),
+            };
+            if !changed {
+                assert_eq!(state, before, "leases: a refused call changed the state");
+            }
+            if state.is_empty() {
+                state = Leases::default();
+                continue;
+            }
+            assert!(state.well_formed(), "leases: a call left an unsound state {state:?}");
+            let again = Leases::decode(ENCODING_VERSION, &mut encode(&state).into_iter());
+            assert_eq!(again.as_ref(), Ok(&state), "leases: does not round-trip");
+        }
+    }
 }
 
 fn decode_then_run<T: State>(words: &[u64]) {

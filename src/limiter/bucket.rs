@@ -1,3 +1,4 @@
+use super::cell::CellState;
 use super::pack::{Packer, Unpacker};
 use super::{ceil_div, retry_ms, until_idle, Decision, Limiter, Params, NEVER};
 
@@ -20,8 +21,26 @@ pub struct Bucket {
 
 /// Token bucket: starts full with `burst` tokens, refills continuously at
 /// `limit` per `period`; a call takes `cost` tokens when it has them.
+///
+/// A key CL.THROTTLE changed last holds redis-cell's state instead, in the
+/// same five words ([`TokenForm`]); THROTTLE.TOKEN reads it as the bucket
+/// whose debt runs until redis-cell's `tat` ([`CellState::bucket_at`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TokenBucket(Packed);
+
+/// What a TOKEN key holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TokenForm {
+    /// The native bucket (THROTTLE.TOKEN, THROTTLE.ALL, a missing key).
+    Bucket(Bucket),
+    /// redis-cell's `tat` and arguments (CL.THROTTLE).
+    Cell(CellState),
+}
+
+/// Marks a [`CellState`] in the fifth word: bit 319 of the five, which a
+/// bucket's 301 bits never reach. The state's words are `max_burst`,
+/// `count`, `period` (as `i64` bits), then `tat` low and high (below 2^66).
+const CELL_FLAG: u64 = 1 << 63;
 
 /// Leaky bucket as a meter with a queue: holds up to `burst` units of work,
 /// drains continuously at `limit` per `period`. An admitted call's
@@ -71,22 +90,84 @@ impl Packed {
     }
 }
 
-macro_rules! bucket_state {
-    ($state:ident) => {
-        impl $state {
-            /// The bucket, as the algorithm reads it.
-            pub(crate) fn bucket(&self) -> Bucket {
-                self.0.bucket()
-            }
+impl LeakyBucket {
+    /// The bucket, as the algorithm reads it.
+    pub(crate) fn bucket(&self) -> Bucket {
+        self.0.bucket()
+    }
 
-            pub(crate) fn from_bucket(b: &Bucket) -> $state {
-                $state(Packed::pack(b))
-            }
-        }
-    };
+    pub(crate) fn from_bucket(b: &Bucket) -> LeakyBucket {
+        LeakyBucket(Packed::pack(b))
+    }
 }
-bucket_state!(TokenBucket);
-bucket_state!(LeakyBucket);
+
+impl TokenBucket {
+    /// The state: a native bucket or redis-cell's.
+    pub fn form(&self) -> TokenForm {
+        let [max_burst, count, period, tat_low, tat_high] = self.0 .0;
+        if tat_high & CELL_FLAG == 0 {
+            return TokenForm::Bucket(self.0.bucket());
+        }
+        let tat_ns = u128::from(tat_high & !CELL_FLAG) << 64 | u128::from(tat_low);
+        TokenForm::Cell(CellState { tat_ns, max_burst: max_burst as i64, count: count as i64, period: period as i64 })
+    }
+
+    pub(crate) fn from_bucket(b: &Bucket) -> TokenBucket {
+        TokenBucket(Packed::pack(b))
+    }
+
+    /// A state that holds the invariants of [`CellState`].
+    pub fn from_cell(c: &CellState) -> TokenBucket {
+        let words =
+            [c.max_burst as u64, c.count as u64, c.period as u64, c.tat_ns as u64, CELL_FLAG | (c.tat_ns >> 64) as u64];
+        TokenBucket(Packed(words))
+    }
+
+    /// The native bucket a call with `params` at `now_us` runs on.
+    fn bucket_for(&self, params: &Params, now_us: u64) -> Bucket {
+        match self.form() {
+            TokenForm::Bucket(bucket) => bucket,
+            TokenForm::Cell(cell) => cell.bucket_at(params, now_us),
+        }
+    }
+
+    /// The native bucket (tests of native states only).
+    #[cfg(test)]
+    pub(crate) fn bucket(&self) -> Bucket {
+        match self.form() {
+            TokenForm::Bucket(bucket) => bucket,
+            TokenForm::Cell(cell) => panic!("a CL.THROTTLE state: {cell:?}"),
+        }
+    }
+}
+
+impl Limiter for TokenBucket {
+    fn acquire(&mut self, params: &Params, cost: u64, now_us: u64) -> Decision {
+        let mut bucket = self.bucket_for(params, now_us);
+        let decision = bucket.acquire(params, cost, now_us, Kind::Token);
+        if decision.allowed && cost > 0 {
+            *self = TokenBucket::from_bucket(&bucket);
+        }
+        decision
+    }
+
+    fn refund(&mut self, params: &Params, units: u64, now_us: u64) -> Decision {
+        let mut bucket = self.bucket_for(params, now_us);
+        let decision = bucket.refund(params, units, now_us, Kind::Token);
+        *self = TokenBucket::from_bucket(&bucket);
+        decision
+    }
+
+    fn force(&mut self, params: &Params, units: u64, now_us: u64) {
+        let mut bucket = self.bucket_for(params, now_us);
+        bucket.force(params, units, now_us, Kind::Token);
+        *self = TokenBucket::from_bucket(&bucket);
+    }
+
+    fn used(&self, params: &Params, now_us: u64) -> u64 {
+        self.bucket_for(params, now_us).used(params, now_us, Kind::Token)
+    }
+}
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -224,39 +305,33 @@ impl Bucket {
     }
 }
 
-macro_rules! bucket_limiter {
-    ($state:ident, $kind:expr) => {
-        impl Limiter for $state {
-            fn acquire(&mut self, params: &Params, cost: u64, now_us: u64) -> Decision {
-                let mut bucket = self.bucket();
-                let decision = bucket.acquire(params, cost, now_us, $kind);
-                if decision.allowed && cost > 0 {
-                    *self = $state::from_bucket(&bucket);
-                }
-                decision
-            }
-
-            fn refund(&mut self, params: &Params, units: u64, now_us: u64) -> Decision {
-                let mut bucket = self.bucket();
-                let decision = bucket.refund(params, units, now_us, $kind);
-                *self = $state::from_bucket(&bucket);
-                decision
-            }
-
-            fn force(&mut self, params: &Params, units: u64, now_us: u64) {
-                let mut bucket = self.bucket();
-                bucket.force(params, units, now_us, $kind);
-                *self = $state::from_bucket(&bucket);
-            }
-
-            fn used(&self, params: &Params, now_us: u64) -> u64 {
-                self.bucket().used(params, now_us, $kind)
-            }
+impl Limiter for LeakyBucket {
+    fn acquire(&mut self, params: &Params, cost: u64, now_us: u64) -> Decision {
+        let mut bucket = self.bucket();
+        let decision = bucket.acquire(params, cost, now_us, Kind::Leaky);
+        if decision.allowed && cost > 0 {
+            *self = LeakyBucket::from_bucket(&bucket);
         }
-    };
+        decision
+    }
+
+    fn refund(&mut self, params: &Params, units: u64, now_us: u64) -> Decision {
+        let mut bucket = self.bucket();
+        let decision = bucket.refund(params, units, now_us, Kind::Leaky);
+        *self = LeakyBucket::from_bucket(&bucket);
+        decision
+    }
+
+    fn force(&mut self, params: &Params, units: u64, now_us: u64) {
+        let mut bucket = self.bucket();
+        bucket.force(params, units, now_us, Kind::Leaky);
+        *self = LeakyBucket::from_bucket(&bucket);
+    }
+
+    fn used(&self, params: &Params, now_us: u64) -> u64 {
+        self.bucket().used(params, now_us, Kind::Leaky)
+    }
 }
-bucket_limiter!(TokenBucket, Kind::Token);
-bucket_limiter!(LeakyBucket, Kind::Leaky);
 
 #[cfg(test)]
 mod tests {

@@ -9,6 +9,7 @@
 mod bucket;
 pub mod cell;
 mod fixed;
+mod lease;
 mod pack;
 mod penalty;
 #[cfg(test)]
@@ -16,8 +17,12 @@ mod proptests;
 mod sliding;
 mod sliding_log;
 
-pub use bucket::{Bucket, LeakyBucket, TokenBucket};
+pub use bucket::{Bucket, LeakyBucket, TokenBucket, TokenForm};
 pub use fixed::FixedWindow;
+pub use lease::{
+    valid_lease_us, Effect, Lease, LeaseOutcome, LeaseParamError, LeaseParams, Leases, Token, LATEST_END_US,
+    MAX_HOLDERS, MAX_TOKEN_LEN,
+};
 pub use penalty::{Ban, Detail, Escalation, Penalized, Rules};
 pub(crate) use sliding::Counts;
 pub use sliding::SlidingWindow;

@@ -72,6 +72,23 @@ impl Ban {
     fn started_us(&self) -> u64 {
         self.until_us.saturating_sub(self.length_us)
     }
+
+    /// True while it holds at `now_us`.
+    pub fn holds_at(&self, now_us: u64) -> bool {
+        now_us.max(self.started_us()) < self.until_us
+    }
+
+    pub fn until_us(&self) -> u64 {
+        self.until_us
+    }
+
+    pub fn length_us(&self) -> u64 {
+        self.length_us
+    }
+
+    pub fn hits(&self) -> u64 {
+        self.hits
+    }
 }
 
 /// An algorithm's state and the ban it may be under.
@@ -110,7 +127,7 @@ impl<L: Limiter> Penalized<L> {
 
     /// The ban in force at `now_us`, if any.
     fn ban_at(&self, now_us: u64) -> Option<&Ban> {
-        self.ban.as_deref().filter(|ban| now_us.max(ban.started_us()) < ban.until_us)
+        self.ban.as_deref().filter(|ban| ban.holds_at(now_us))
     }
 
     /// Runs one call: `cost` units (a refund when negative, a peek at 0) at

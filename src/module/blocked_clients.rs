@@ -37,24 +37,50 @@ use std::sync::Mutex;
 
 use redis_module::raw;
 
-use super::apply::{self, Origin, Outcome};
+use super::apply::{self, LeaseCall, Origin, Outcome};
 use super::clock;
 use super::config;
 use super::ffi::{self, Ctx, RString};
 use super::gate::{self, Gate};
 use super::reply::{self, CommandError};
-use super::stats::{self, Counter};
-use crate::args::{Algorithm, Call};
+use super::stats::{self, Counter, Counters};
+use crate::args::{Acquire, Algorithm, Call};
 use crate::limiter::{Decision, Rules, NEVER};
 use crate::wait_queue::{ClientId, Db, QueueId, Timer, Waiters};
 
 type BlockedClient = *mut raw::RedisModuleBlockedClient;
 
-/// What serving a waiter needs.
+/// What serving a waiter needs: a rate-limit call, or an acquisition of
+/// a lease. Both wait, and are served, the same way.
 #[derive(Clone, Copy)]
-struct Pending {
-    algorithm: Algorithm,
-    call: Call,
+pub(crate) enum Pending {
+    Limit { algorithm: Algorithm, call: Call },
+    Acquire(Acquire),
+}
+
+impl Pending {
+    fn counters(&self) -> &'static Counters {
+        match self {
+            Pending::Limit { algorithm, .. } => stats::for_command(*algorithm),
+            Pending::Acquire(_) => &stats::ACQUIRE,
+        }
+    }
+
+    fn block_ms(&self) -> Option<u64> {
+        match self {
+            Pending::Limit { call, .. } => call.block_ms,
+            Pending::Acquire(a) => a.block_ms,
+        }
+    }
+
+    /// False for a call that could never be admitted by waiting: a refund
+    /// or a peek, or a rate-limit call asking for more than the key holds.
+    fn can_wait(&self) -> bool {
+        match self {
+            Pending::Limit { call, .. } => call.cost > 0 && call.cost.unsigned_abs() <= call.params.burst(),
+            Pending::Acquire(_) => true,
+        }
+    }
 }
 
 /// A waiter's private data, shared with Redis from the moment it blocks
@@ -119,15 +145,21 @@ pub(crate) enum Behind {
     Full,
 }
 
-pub(crate) fn behind_waiters(ctx: Ctx, key: RString, algorithm: Algorithm, call: &Call) -> Behind {
+pub(crate) fn behind_waiters(ctx: Ctx, key: RString, pending: &Pending) -> Behind {
     // A call asking for more than the key can ever hold answers at once.
-    if call.cost <= 0 || call.cost.unsigned_abs() > call.params.burst() || waiting() == 0 {
+    if !pending.can_wait() || waiting() == 0 {
         return Behind::Run;
     }
     if with(|w| w.queue(selected_db(ctx), ffi::bytes(key)).is_none()) {
         return Behind::Run;
     }
-    match block(ctx, key, algorithm, call, None) {
+    // A holder renews its own lease at once: it needs no free slot.
+    if let Pending::Acquire(Acquire { token: Some(token), .. }) = pending {
+        if apply::holds_lease(ctx, key, token, clock::now_us()) {
+            return Behind::Run;
+        }
+    }
+    match block(ctx, key, pending, None) {
         Blocked::Yes => Behind::Queued,
         Blocked::No => Behind::Run,
         Blocked::Full => Behind::Full,
@@ -137,8 +169,8 @@ pub(crate) fn behind_waiters(ctx: Ctx, key: RString, algorithm: Algorithm, call:
 /// Blocks the caller of a limited call until it is admitted, `BLOCK` ms
 /// pass, or something else answers it. Returns false (answer now) where
 /// Redis cannot block the client or a cap is reached.
-pub(crate) fn until_admitted(ctx: Ctx, key: RString, algorithm: Algorithm, call: &Call, retry_after_ms: i64) -> bool {
-    call.cost > 0 && matches!(block(ctx, key, algorithm, call, Some(retry_after_ms)), Blocked::Yes)
+pub(crate) fn until_admitted(ctx: Ctx, key: RString, pending: &Pending, retry_after_ms: i64) -> bool {
+    pending.can_wait() && matches!(block(ctx, key, pending, Some(retry_after_ms)), Blocked::Yes)
 }
 
 enum Blocked {
@@ -147,21 +179,26 @@ enum Blocked {
     Full,
 }
 
-fn block(ctx: Ctx, key: RString, algorithm: Algorithm, call: &Call, retry_after_ms: Option<i64>) -> Blocked {
+fn block(ctx: Ctx, key: RString, pending: &Pending, retry_after_ms: Option<i64>) -> Blocked {
     if !can_block(ctx) {
         return Blocked::No;
     }
     let (db, name) = (selected_db(ctx), ffi::bytes(key));
     let now_us = clock::monotonic_us();
-    let deadline_us = call.block_ms.filter(|&ms| ms > 0).map(|ms| now_us.saturating_add(ms.saturating_mul(1000)));
+    let deadline_us = pending.block_ms().filter(|&ms| ms > 0).map(|ms| now_us.saturating_add(ms.saturating_mul(1000)));
     let slot = Box::into_raw(Box::new(Slot { client: std::ptr::null_mut(), answer: None }));
     // Its penalties ran with the call (if it ran before waiting): a waiter
     // is not punished again each time it is looked at.
-    let pending = Pending { algorithm, call: Call { rules: Rules::default(), ..*call } };
+    let pending = match *pending {
+        Pending::Limit { algorithm, call } => {
+            Pending::Limit { algorithm, call: Call { rules: Rules::default(), ..call } }
+        }
+        acquire => acquire,
+    };
     let Ok(queue) = with(|w| w.add(db, name, slot as ClientId, pending, deadline_us, config::waiter_caps())) else {
         // SAFETY: never shared: the box is ours again.
         drop(unsafe { Box::from_raw(slot) });
-        stats::for_command(algorithm).add(Counter::OverCap);
+        pending.counters().add(Counter::OverCap);
         return Blocked::Full;
     };
     let mut keys = [key];
@@ -342,7 +379,7 @@ fn serve(ctx: Ctx, queue: QueueId) {
                 Gate::Open => run(ctx, key, &pending),
                 _ => limited_now(ctx, key, &pending),
             };
-            answer_waiter(ctx, client, pending.algorithm, answer);
+            answer_waiter(ctx, client, &pending, answer);
             expired += 1;
         }
         if expired == 0 {
@@ -379,7 +416,7 @@ fn serve_in_order(ctx: Ctx, queue: QueueId, key: RString, gate: &Gate) -> Option
             Gate::Closed => return Some(CLOSED_GATE_RETRY_MS),
             Gate::Refused(e) => Err(e.clone()),
         };
-        answer_waiter(ctx, client, pending.algorithm, answer);
+        answer_waiter(ctx, client, &pending, answer);
     }
     None
 }
@@ -390,33 +427,44 @@ fn serve_in_order(ctx: Ctx, queue: QueueId, key: RString, gate: &Gate) -> Option
 /// that would fit right now says so with `retry_after` 0.
 fn limited_now(ctx: Ctx, key: RString, pending: &Pending) -> Answer {
     let now_us = clock::now_us();
-    let outcome = apply::dry_run(ctx, key, pending.algorithm, &pending.call, now_us)?;
+    let (algorithm, call) = match pending {
+        Pending::Acquire(acquire) => return apply::acquire_limited_now(ctx, key, acquire, now_us),
+        Pending::Limit { algorithm, call } => (*algorithm, call),
+    };
+    let outcome = apply::dry_run(ctx, key, algorithm, call, now_us)?;
     if !outcome.decision.allowed {
         return Ok(outcome);
     }
-    let peek = Call { cost: 0, ..pending.call };
-    let now = apply::dry_run(ctx, key, pending.algorithm, &peek, now_us)?;
+    let peek = Call { cost: 0, ..*call };
+    let now = apply::dry_run(ctx, key, algorithm, &peek, now_us)?;
     Ok(Outcome { decision: Decision { allowed: false, retry_after_ms: 0, ..now.decision }, ..now })
 }
 
 /// The waiter's call, run now through the command's own path.
 fn run(ctx: Ctx, key: RString, pending: &Pending) -> Answer {
-    apply::execute(ctx, key, pending.algorithm, &pending.call, clock::now_us(), Origin::Waiter)
+    match pending {
+        Pending::Limit { algorithm, call } => {
+            apply::execute(ctx, key, *algorithm, call, clock::now_us(), Origin::Waiter)
+        }
+        Pending::Acquire(acquire) => {
+            apply::execute_lease(ctx, key, &LeaseCall::Acquire(*acquire), clock::now_us(), Origin::Waiter)
+        }
+    }
 }
 
-fn count(algorithm: Algorithm, answer: &Answer) {
+fn count(pending: &Pending, answer: &Answer) {
     let counter = match answer {
         Ok(o) if o.decision.allowed => Counter::Admitted,
         Ok(_) => Counter::TimedOut,
         Err(_) => return,
     };
-    stats::for_command(algorithm).add(counter);
+    pending.counters().add(counter);
 }
 
 /// Takes the waiter out and unblocks it with its answer: Redis then calls
 /// answer_now, which replies, and later free_slot.
-fn answer_waiter(ctx: Ctx, client: ClientId, algorithm: Algorithm, answer: Answer) {
-    count(algorithm, &answer);
+fn answer_waiter(ctx: Ctx, client: ClientId, pending: &Pending, answer: Answer) {
+    count(pending, &answer);
     forget(ctx, client);
     let slot = client as *mut Slot;
     // SAFETY: the slot lives until Redis calls free_slot, which happens
@@ -470,7 +518,7 @@ unsafe extern "C" fn answer_now(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_
             slot.answer = Some(unblocked_from_outside(ctx, slot as *mut Slot as ClientId, key));
         }
         match &slot.answer {
-            Some(Ok(o)) => reply::decision(ctx, ffi::context_flags(ctx), &o.decision, o.detail.as_ref()),
+            Some(Ok(o)) => reply::outcome(ctx, ffi::context_flags(ctx), o),
             Some(Err(e)) => e.reply(ctx),
             None => ffi::reply_null(ctx),
         }
@@ -486,7 +534,7 @@ fn unblocked_from_outside(ctx: Ctx, client: ClientId, key: Option<RString>) -> A
     match (pending, key) {
         (Some(pending), Some(key)) => {
             let answer = limited_now(ctx, key, &pending);
-            count(pending.algorithm, &answer);
+            count(&pending, &answer);
             answer
         }
         _ => Err(CommandError::Refused("UNBLOCKED the waiter was unblocked".to_string())),

@@ -1,11 +1,16 @@
 //! `CL.THROTTLE key max_burst count_per_period period [quantity]`:
-//! redis-cell's command and reply, running on the TOKEN type (`thr-token`),
-//! so redis-cell's client libraries switch without a code change. The
-//! semantics, and where they cannot be exact, are in `limiter::cell`.
+//! redis-cell's command and reply, on the TOKEN type (`thr-token`), so
+//! redis-cell's client libraries switch without a code change. The
+//! semantics, and where they differ from redis-cell's, are in
+//! `limiter::cell`.
 //!
-//! How the arguments map onto THROTTLE.TOKEN, so that
-//! `THROTTLE.TOKEN key <count> <period>s BURST <max_burst + 1>` on the same
-//! key sees the same bucket (same parameters, no conversion):
+//! The key keeps what redis-cell keeps, its theoretical arrival time (with
+//! the call's arguments, for THROTTLE.INFO), whatever the arguments: every
+//! input redis-cell answers gets its reply, beyond the bounds of the native
+//! commands too. THROTTLE.TOKEN on such a key reads the bucket whose debt
+//! runs until that instant, so `THROTTLE.TOKEN key <count> <period>s BURST
+//! <max_burst + 1>` sees the same bucket; CL.THROTTLE on a key THROTTLE.TOKEN
+//! wrote reads the instant that bucket is full again.
 //!
 //! | CL.THROTTLE            | THROTTLE.TOKEN                                 |
 //! |------------------------|------------------------------------------------|
@@ -23,19 +28,18 @@
 //! redis-cell would crash).
 //!
 //! Propagation is deterministic, and only when the state changed: the
-//! bucket itself with the instant it is full again (`THROTTLE._SET`), or
-//! `DEL key` when it is full already.
+//! state itself with the instant it expires (`THROTTLE._SET`), or `DEL
+//! key` when the bucket is full again.
 
 use redis_module::raw;
 
-use super::apply::idle_at_ms;
 use super::docs::{ArgDoc, KEY_ARG};
 use super::ffi::{self, cstr, Ctx, Key, RString, Slot};
 use super::propagation;
 use super::stats::{self, Counter};
 use super::types::{Snapshot, TokenState, TOKEN_TYPE};
-use crate::limiter::cell::{self as mapping, CellError, CellQuota, CellReply, Change};
-use crate::limiter::TokenBucket;
+use crate::limiter::cell::{self as mapping, bucket_tat_ns, CellError, CellQuota, CellReply, CellState, Change};
+use crate::limiter::{TokenBucket, TokenForm, MAX_TIME_US};
 
 const INTEGER: raw::RedisModuleCommandArgType = raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER;
 
@@ -95,60 +99,69 @@ fn run(ctx: Ctx, argv: &[RString]) -> Result<CellReply, Failure> {
     let quota = CellQuota::new(max_burst, count, period)?;
 
     let mut key = Key::open(ctx, key_name);
-    let now_us = super::clock::now_us();
-    let (outcome, settled) = match key.slot::<TokenState>(&TOKEN_TYPE) {
+    // redis-cell's clock, to the µs (and within the bounds every state keeps).
+    let now_us = super::clock::now_us().min(MAX_TIME_US);
+    let now_ns = i128::from(now_us) * 1_000;
+    let (tat, existed) = match key.slot::<TokenState>(&TOKEN_TYPE) {
         Slot::Other => return Err(Failure::WrongType),
+        Slot::Empty => (None, false),
         // redis-cell has no bans: a key that THROTTLE.TOKEN banned is not
         // one it can answer for.
         Slot::Mine(state) if state.ban().is_some() => return Err(Failure::Banned),
-        Slot::Mine(state) => {
-            let outcome = mapping::throttle(&mut state.inner, &quota, quantity, now_us);
-            let changed = outcome.change != Change::None;
-            (outcome, changed)
-        }
-        Slot::Empty => {
-            let mut state = TokenBucket::default();
-            let outcome = mapping::throttle(&mut state, &quota, quantity, now_us);
-            let stored = match outcome.change {
-                Change::None | Change::Token { ttl_us: 0, .. } | Change::Emptied => false,
-                Change::Token { .. } | Change::Stored { .. } => key.set(&TOKEN_TYPE, TokenState::new(state)),
+        Slot::Mine(state) => match state.inner.form() {
+            TokenForm::Cell(cell) => (i128::try_from(cell.tat_ns).ok(), true),
+            TokenForm::Bucket(bucket) => (bucket_tat_ns(&bucket), true),
+        },
+    };
+    let outcome = mapping::throttle(tat, &quota, quantity, now_ns);
+    // What the key holds after the call: the state and its expiry instant,
+    // or nothing (None: nothing changed).
+    let after = match outcome.change {
+        Change::None => None,
+        Change::Delete if !existed => None,
+        Change::Delete => Some(None),
+        // Redis keeps a key through the ms its expiry names.
+        Change::Store(tat_ns) => CellState::new(tat_ns, max_burst, count, period).map(|cell| {
+            let expire_at_ms = u64::try_from(tat_ns / 1_000_000).unwrap_or(0);
+            Some((TokenState::new(TokenBucket::from_cell(&cell)), expire_at_ms))
+        }),
+    };
+    let Some(after) = after else { return outcome.reply.map_err(Failure::Cell) };
+    match &after {
+        Some((state, expire_at_ms)) => {
+            let set = match key.slot::<TokenState>(&TOKEN_TYPE) {
+                Slot::Mine(stored) => {
+                    *stored = state.clone();
+                    true
+                }
+                _ => key.set(&TOKEN_TYPE, state.clone()),
             };
-            (outcome, stored)
+            if !set {
+                return outcome.reply.map_err(Failure::Cell);
+            }
+            key.set_expire_at_ms(*expire_at_ms);
         }
-    };
-    if !settled {
-        return outcome.reply.map_err(Failure::Cell);
+        None => key.delete(),
     }
-    let ttl_us = match outcome.change {
-        Change::Token { ttl_us, .. } | Change::Stored { ttl_us } => ttl_us,
-        Change::None | Change::Emptied => 0,
-    };
-    // The instant it expires at, which the master sets and sends, as for
-    // the THROTTLE commands.
-    let expire_at_ms = idle_at_ms(now_us, ttl_us);
-    if ttl_us == 0 {
-        key.delete();
-    } else {
-        key.set_expire_at_ms(expire_at_ms);
-    }
-    key.changed(cstr!("cl.throttle"), ttl_us == 0);
-    if quantity < 0 {
+    key.changed(cstr!("cl.throttle"), after.is_none());
+    // Debt given back (a refund; with a negative rate, any taking): the
+    // key's THROTTLE.TOKEN waiters may fit now.
+    if i128::from(quota.emission_ns()) * i128::from(quantity) < 0 {
         super::blocked_clients::units_returned(ctx, key_name);
     }
-    // Replicas and the AOF get the bucket whole with the instant it is full
-    // again (redis-cell's own command would run again on their clocks), or
-    // its deletion; made only when someone receives it.
+    drop(key);
+    // Replicas and the AOF get the state whole with the instant it expires
+    // (redis-cell's own command would run again on their clocks), or its
+    // deletion; made only when someone receives it.
     let flags = ffi::context_flags(ctx);
-    propagation::send(ctx, flags, move || {
-        let snapshot = match key.slot::<TokenState>(&TOKEN_TYPE) {
-            Slot::Mine(state) if ttl_us > 0 => Snapshot::of(state, expire_at_ms),
-            _ => None,
-        };
-        drop(key);
-        match snapshot {
-            Some(snapshot) => propagation::set_state(ctx, key_name, &snapshot),
-            None => propagation::delete(ctx, key_name),
+    propagation::send(ctx, flags, move || match after {
+        Some((state, expire_at_ms)) => {
+            // Seven words: a snapshot always has room for them.
+            if let Some(snapshot) = Snapshot::of(&state, expire_at_ms) {
+                propagation::set_state(ctx, key_name, &snapshot);
+            }
         }
+        None => propagation::delete(ctx, key_name),
     });
     outcome.reply.map_err(Failure::Cell)
 }

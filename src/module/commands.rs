@@ -3,12 +3,13 @@
 
 use redis_module::raw;
 
+use super::apply::LeaseCall;
 use super::apply::{self, Origin};
-use super::blocked_clients::{self, Behind};
+use super::blocked_clients::{self, Behind, Pending};
 use super::ffi::{self, Ctx, RString};
 use super::reply::{self, CommandError};
 use super::stats::{self, Counter};
-use crate::args::{parse_call, Algorithm, ArgError, Call, PackedCall};
+use crate::args::{parse_acquire, parse_call, parse_holder, Algorithm, ArgError, Call, PackedCall};
 use crate::limiter::NEVER;
 
 /// `THROTTLE.<ALGORITHM> key limit period [options]`.
@@ -27,7 +28,7 @@ pub(crate) fn throttle(ctx: Ctx, argv: &[RString], algorithm: Algorithm) {
         // nothing to wait for: BLOCK then answers at once.
         let mut blocking = call.block_ms.is_some() && call.at_us.is_none() && !call.rules.force && !call.rules.ban_now;
         if blocking {
-            match blocked_clients::behind_waiters(ctx, *key_name, algorithm, &call) {
+            match blocked_clients::behind_waiters(ctx, *key_name, &Pending::Limit { algorithm, call }) {
                 Behind::Queued => return Ok(None),
                 Behind::Full => blocking = false,
                 Behind::Run => {}
@@ -40,7 +41,8 @@ pub(crate) fn throttle(ctx: Ctx, argv: &[RString], algorithm: Algorithm) {
         }
         let decision = outcome.decision;
         let may_wait = blocking && !decision.allowed && decision.retry_after_ms != NEVER;
-        if may_wait && blocked_clients::until_admitted(ctx, *key_name, algorithm, &call, decision.retry_after_ms) {
+        let pending = Pending::Limit { algorithm, call };
+        if may_wait && blocked_clients::until_admitted(ctx, *key_name, &pending, decision.retry_after_ms) {
             return Ok(None);
         }
         Ok(Some(outcome))
@@ -89,5 +91,79 @@ pub(crate) fn refuse_internal_options(context_flags: u32, call: &Call) -> Result
         Ok(())
     } else {
         Err(ArgError::InternalOption.into())
+    }
+}
+
+/// `THROTTLE.ACQUIRE key limit lease [ID token] [BLOCK ms] [AT µs]`: a
+/// slot of a counting semaphore for `lease`, or, with `BLOCK`, a wait in
+/// arrival order until a slot frees (a release, a lease's end, the key
+/// changed by another command).
+pub(crate) fn acquire(ctx: Ctx, argv: &[RString]) {
+    let counters = &stats::ACQUIRE;
+    counters.add(Counter::Calls);
+    let context_flags = ffi::context_flags(ctx);
+    let result = (|| {
+        let [_, key_name, rest @ ..] = argv else {
+            return Err(CommandError::from(ArgError::WrongArity));
+        };
+        let acquire = parse_acquire(rest.iter().map(|s| ffi::bytes(*s)))?;
+        let pending = Pending::Acquire(acquire);
+        // A call at a fixed time (AT) cannot wait for the clock.
+        let mut blocking = acquire.block_ms.is_some() && acquire.at_us.is_none();
+        if blocking {
+            match blocked_clients::behind_waiters(ctx, *key_name, &pending) {
+                Behind::Queued => return Ok(None),
+                Behind::Full => blocking = false,
+                Behind::Run => {}
+            }
+        }
+        let now_us = acquire.at_us.unwrap_or_else(super::clock::now_us);
+        let call = LeaseCall::Acquire(acquire);
+        let outcome = apply::execute_lease(ctx, *key_name, &call, now_us, Origin::Handler { context_flags })?;
+        let decision = outcome.decision;
+        if blocking
+            && !decision.allowed
+            && blocked_clients::until_admitted(ctx, *key_name, &pending, decision.retry_after_ms)
+        {
+            return Ok(None);
+        }
+        Ok(Some(outcome))
+    })();
+    match result {
+        Ok(Some(outcome)) => {
+            counters.add(if outcome.decision.allowed { Counter::Admitted } else { Counter::Limited });
+            reply::lease(ctx, context_flags, &outcome.decision, outcome.token.as_deref());
+        }
+        Ok(None) => counters.add(Counter::Blocked),
+        Err(e) => e.reply(ctx),
+    }
+}
+
+/// `THROTTLE.RELEASE key token [AT µs]` and `THROTTLE.RENEW key token lease
+/// [AT µs]`: 1 when the token held a lease (now ended, or renewed), 0 and
+/// no change when it did not. A release wakes the key's waiters.
+pub(crate) fn holder(ctx: Ctx, argv: &[RString], renew: bool) {
+    let counters = if renew { &stats::RENEW } else { &stats::RELEASE };
+    counters.add(Counter::Calls);
+    let context_flags = ffi::context_flags(ctx);
+    let result = (|| {
+        let [_, key_name, rest @ ..] = argv else {
+            return Err(CommandError::from(ArgError::WrongArity));
+        };
+        let holder = parse_holder(renew, rest.iter().map(|s| ffi::bytes(*s)))?;
+        let now_us = holder.at_us.unwrap_or_else(super::clock::now_us);
+        let call = LeaseCall::Holder(holder);
+        let outcome = apply::execute_lease(ctx, *key_name, &call, now_us, Origin::Handler { context_flags })?;
+        if outcome.changed && !renew {
+            blocked_clients::units_returned(ctx, *key_name);
+        }
+        Ok(outcome.changed)
+    })();
+    match result {
+        Ok(held) => {
+            counters.add(if held { Counter::Admitted } else { Counter::Limited });
+            ffi::reply_integer(ctx, i64::from(held));
+        }
+        Err(e) => e.reply(ctx),
     }
 }

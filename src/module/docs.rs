@@ -66,6 +66,10 @@ pub(crate) const TALLY: ArgDoc = option("TALLY", "most-units-counted", INTEGER);
 pub(crate) const FORCE: ArgDoc = option("FORCE", "force", PURE_TOKEN);
 pub(crate) const NOW: ArgDoc = option("NOW", "now", PURE_TOKEN);
 pub(crate) const DETAIL: ArgDoc = option("DETAIL", "detail", PURE_TOKEN);
+pub(crate) const HOLDERS: ArgDoc = arg("limit", INTEGER);
+pub(crate) const LEASE: ArgDoc = arg("lease", STRING);
+pub(crate) const LEASE_ID: ArgDoc = option("ID", "token", STRING);
+pub(crate) const LEASE_TOKEN: ArgDoc = arg("token", STRING);
 
 /// Registers the metadata of an already created command. Redis copies
 /// everything, so the temporary buffers are freed on return.

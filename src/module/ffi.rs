@@ -57,8 +57,18 @@ pub(crate) enum Slot<'a, T> {
 }
 
 /// The latest instant (Unix ms) a key of ours expires at: the latest `AT`
-/// plus the longest TTL a change sets (two periods, SLIDING's).
-pub(crate) const LATEST_EXPIRY_MS: u64 = (crate::limiter::MAX_TIME_US + 2 * crate::limiter::MAX_PERIOD_US) / 1000;
+/// plus the longest TTL a THROTTLE command sets (two periods, SLIDING's),
+/// or the latest theoretical arrival time CL.THROTTLE keeps (2^63 ns after
+/// the latest time), whichever is later.
+pub(crate) const LATEST_EXPIRY_MS: u64 = {
+    let throttle = (crate::limiter::MAX_TIME_US + 2 * crate::limiter::MAX_PERIOD_US) / 1000;
+    let cell = (crate::limiter::cell::MAX_TAT_NS / 1_000_000) as u64;
+    if cell > throttle {
+        cell
+    } else {
+        throttle
+    }
+};
 
 impl<'a> Key<'a> {
     /// Opens the key for a call that may change it. Opening alone touches

@@ -25,11 +25,11 @@ use redis_module::{raw, redis_module, Context, RedisString, Status};
 
 use crate::args::Algorithm;
 use docs::{
-    ArgDoc, CommandDoc, AT, BACKOFF, BAN, BLOCK, BURST, COST, DETAIL, EXACT, FLOOR, FORCE, KEY_ARG, KEY_OVERWRITTEN,
-    KEY_READ, KEY_UPDATED, LIMIT, NOW, PERIOD, RENEW, TALLY,
+    ArgDoc, CommandDoc, AT, BACKOFF, BAN, BLOCK, BURST, COST, DETAIL, EXACT, FLOOR, FORCE, HOLDERS, KEY_ARG,
+    KEY_OVERWRITTEN, KEY_READ, KEY_UPDATED, LEASE, LEASE_ID, LEASE_TOKEN, LIMIT, NOW, PERIOD, RENEW, TALLY,
 };
 use ffi::{Ctx, RString};
-use types::{EXACT_TYPE, FIXED_TYPE, LEAKY_TYPE, SLIDING_TYPE, TOKEN_TYPE};
+use types::{EXACT_TYPE, FIXED_TYPE, LEAKY_TYPE, LEASE_TYPE, SLIDING_TYPE, TOKEN_TYPE};
 
 /// A command handler as Redis calls it, with a panic turned into an error
 /// reply: a panic must never unwind into Redis (that aborts the server).
@@ -64,6 +64,10 @@ handler!(all_cmd, all::throttle_all);
 handler!(info_cmd, describe::info);
 handler!(cell_cmd, cell::cl_throttle);
 handler!(gate_cmd, gate::gate_command);
+handler!(acquire_cmd, commands::acquire);
+handler!(release_cmd, |ctx, args| commands::holder(ctx, args, false));
+handler!(renew_cmd, |ctx, args| commands::holder(ctx, args, true));
+handler!(lease_cmd, types::lease_command);
 
 /// redis-cell's command, registered unless the `cl-throttle` setting is off.
 static CL_THROTTLE: Command = Command {
@@ -177,9 +181,60 @@ static COMMANDS: &[Command] = &[
     },
     Command {
         doc: CommandDoc {
+            name: "THROTTLE.ACQUIRE",
+            summary: "Takes one of `limit` slots for `lease` (a counting semaphore whose leases end by themselves); with BLOCK, waits in arrival order for a slot. Replies the five fields, then the lease's token when admitted.",
+            complexity: "O(N) where N is the number of holders",
+            arity: -4,
+            args: &[KEY_ARG, HOLDERS, LEASE, LEASE_ID, BLOCK, AT],
+            key_flags: KEY_UPDATED,
+        },
+        handler: acquire_cmd,
+        flags: "write deny-oom fast",
+    },
+    Command {
+        doc: CommandDoc {
+            name: "THROTTLE.RELEASE",
+            summary: "Ends the lease of `token`: 1 if it was held, 0 (and no change) if not.",
+            complexity: "O(N) where N is the number of holders",
+            arity: -3,
+            args: &[KEY_ARG, LEASE_TOKEN, AT],
+            key_flags: KEY_UPDATED,
+        },
+        handler: release_cmd,
+        flags: "write fast",
+    },
+    Command {
+        doc: CommandDoc {
+            name: "THROTTLE.RENEW",
+            summary: "Makes the lease of `token` end `lease` from now: 1 if it was held, 0 (and no change) if not.",
+            complexity: "O(N) where N is the number of holders",
+            arity: -4,
+            args: &[KEY_ARG, LEASE_TOKEN, LEASE, AT],
+            key_flags: KEY_UPDATED,
+        },
+        handler: renew_cmd,
+        flags: "write deny-oom fast",
+    },
+    Command {
+        doc: CommandDoc {
+            name: "THROTTLE._LEASE",
+            summary: "Internal: applies a change to a key's leases as the master made it (how lease changes reach replicas and the AOF).",
+            complexity: "O(N) where N is the number of holders",
+            arity: 3,
+            args: &[
+                KEY_ARG,
+                docs::ArgDoc { name: "change", kind: raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING, token: None, optional: false, multiple: false },
+            ],
+            key_flags: KEY_UPDATED,
+        },
+        handler: lease_cmd,
+        flags: "write deny-oom admin",
+    },
+    Command {
+        doc: CommandDoc {
             name: "THROTTLE.INFO",
             summary: "Describes a limiter key: its algorithm, what its state keeps, the units used or remaining and reset_after now.",
-            complexity: "O(1); O(N) for SLIDING EXACT where N is the log length",
+            complexity: "O(1); O(N) for SLIDING EXACT where N is the log length, and for leases where N is the number of holders",
             arity: -2,
             args: &[KEY_ARG, AT],
             key_flags: KEY_READ,
@@ -404,6 +459,6 @@ redis_module! {
     name: "throttle",
     version: 1,
     allocator: (alloc::ModuleAlloc, alloc::ModuleAlloc),
-    data_types: [FIXED_TYPE, SLIDING_TYPE, EXACT_TYPE, TOKEN_TYPE, LEAKY_TYPE],
+    data_types: [FIXED_TYPE, SLIDING_TYPE, EXACT_TYPE, TOKEN_TYPE, LEAKY_TYPE, LEASE_TYPE],
     init: init,
 }

@@ -27,7 +27,7 @@ use redis_module::raw;
 
 use super::ffi::{cstr, Ctx, RString};
 use super::types::Snapshot;
-use crate::args::PackedCall;
+use crate::args::{PackedCall, PackedEffect};
 
 const UNKNOWN: u8 = 0;
 const QUIET: u8 = 1;
@@ -123,6 +123,12 @@ pub(crate) fn set_state(ctx: Ctx, key: RString, snapshot: &Snapshot) {
 /// (a SLIDING EXACT log can be long).
 pub(crate) fn call(ctx: Ctx, key: RString, packed: &PackedCall) {
     replicate_binary(ctx, cstr!("THROTTLE._CALL"), key, packed.bytes());
+}
+
+/// Replicates a change to a key's leases: `THROTTLE._LEASE key <change>`,
+/// the lease with its token, end and time, and the master's clock.
+pub(crate) fn lease(ctx: Ctx, key: RString, effect: &PackedEffect) {
+    replicate_binary(ctx, cstr!("THROTTLE._LEASE"), key, effect.bytes());
 }
 
 /// `command key <bytes>`: one string for Redis to make besides the key's.

@@ -39,6 +39,9 @@ static TOKEN: Counters = Counters::new();
 static LEAKY: Counters = Counters::new();
 pub(crate) static ALL: Counters = Counters::new();
 pub(crate) static CELL: Counters = Counters::new();
+pub(crate) static ACQUIRE: Counters = Counters::new();
+pub(crate) static RELEASE: Counters = Counters::new();
+pub(crate) static RENEW: Counters = Counters::new();
 
 pub(crate) fn for_command(algorithm: Algorithm) -> &'static Counters {
     match algorithm {
@@ -51,7 +54,8 @@ pub(crate) fn for_command(algorithm: Algorithm) -> &'static Counters {
 
 /// The `throttle_stats` INFO section: one line per command,
 /// `throttle_fixed:calls=3,admitted=2,limited=1,blocked=0,timed_out=0,over_cap=0`,
-/// then `extra` fields.
+/// then `extra` fields. For RELEASE and RENEW, `admitted` counts the
+/// calls whose token held a lease and `limited` those whose did not.
 pub(crate) fn info(ctx: *mut raw::RedisModuleInfoCtx, extra: &[(&CStr, u64)]) {
     // SAFETY: the INFO context Redis passed to the module's INFO callback.
     unsafe {
@@ -64,13 +68,16 @@ pub(crate) fn info(ctx: *mut raw::RedisModuleInfoCtx, extra: &[(&CStr, u64)]) {
             return;
         };
         section(ctx, super::ffi::cstr!("stats"));
-        let commands: [(&CStr, &Counters); 6] = [
+        let commands: [(&CStr, &Counters); 9] = [
             (c"fixed", &FIXED),
             (c"sliding", &SLIDING),
             (c"token", &TOKEN),
             (c"leaky", &LEAKY),
             (c"all", &ALL),
             (c"cl_throttle", &CELL),
+            (c"acquire", &ACQUIRE),
+            (c"release", &RELEASE),
+            (c"renew", &RENEW),
         ];
         for (name, counters) in commands {
             begin(ctx, name.as_ptr());

@@ -11,7 +11,9 @@ use redis_module::raw;
 use super::ffi::{self, cstr};
 use crate::args::Algorithm;
 use crate::codec::{Codec, DecodeError, WordSource, ENCODING_VERSION};
-use crate::limiter::{Ban, FixedWindow, LeakyBucket, Limiter, Penalized, SlidingLog, SlidingWindow, TokenBucket};
+use crate::limiter::{
+    Ban, FixedWindow, LeakyBucket, Leases, Limiter, Penalized, SlidingLog, SlidingWindow, TokenBucket,
+};
 
 /// The state each data type holds: an algorithm's state and the ban it
 /// may be under.
@@ -27,8 +29,8 @@ pub(crate) trait Stored: Codec + Clone + Default + 'static {
     const NAME: &'static str;
     /// The byte that names the type in `THROTTLE._SET`.
     const TAG: u8;
-    /// The command family that changes it.
-    const ALGORITHM: Algorithm;
+    /// The keyspace event of a change propagated as a snapshot.
+    const EVENT: *const std::ffi::c_char;
     fn redis_type() -> &'static RedisType;
     /// Bytes held outside the state itself.
     fn heap_bytes(&self) -> usize;
@@ -50,7 +52,7 @@ macro_rules! stored {
         impl Stored for $state {
             const NAME: &'static str = $name;
             const TAG: u8 = $tag;
-            const ALGORITHM: Algorithm = $algorithm;
+            const EVENT: *const std::ffi::c_char = event_name($algorithm);
             fn redis_type() -> &'static RedisType {
                 &$static
             }
@@ -75,6 +77,25 @@ stored!(ExactState, EXACT_TYPE, "thr-exact", 3, Algorithm::Sliding, |state| {
 });
 stored!(TokenState, TOKEN_TYPE, "thr-token", 4, Algorithm::Token, |_| 0);
 stored!(LeakyState, LEAKY_TYPE, "thr-leaky", 5, Algorithm::Leaky, |_| 0);
+
+/// Leases (`THROTTLE.ACQUIRE`): a type of its own, changed only by the
+/// lease commands and by `THROTTLE._LEASE`, their propagated form.
+pub(crate) static LEASE_TYPE: RedisType = RedisType::new("thr-lease", ENCODING_VERSION, methods::<Leases>());
+
+impl Stored for Leases {
+    const NAME: &'static str = "thr-lease";
+    const TAG: u8 = 6;
+    const EVENT: *const std::ffi::c_char = cstr!("throttle.acquire");
+    fn redis_type() -> &'static RedisType {
+        &LEASE_TYPE
+    }
+    fn heap_bytes(&self) -> usize {
+        Leases::heap_bytes(self)
+    }
+    fn digest_words(&self, out: &mut dyn FnMut(u64)) {
+        self.encode(out)
+    }
+}
 
 /// The keyspace event of a change made by `algorithm`'s command.
 pub(crate) const fn event_name(algorithm: Algorithm) -> *const std::ffi::c_char {
@@ -288,6 +309,7 @@ pub(crate) fn load_command(ctx: ffi::Ctx, argv: &[ffi::RString]) {
         b"thr-exact" => load_into::<ExactState>(ctx, *key, version, &mut words, None),
         b"thr-token" => load_into::<TokenState>(ctx, *key, version, &mut words, None),
         b"thr-leaky" => load_into::<LeakyState>(ctx, *key, version, &mut words, None),
+        b"thr-lease" => load_into::<Leases>(ctx, *key, version, &mut words, None),
         _ => Err("ERR unknown THROTTLE type"),
     };
     match result {
@@ -320,7 +342,7 @@ fn load_into<T: Stored>(
     match expire_at_ms {
         Some(at_ms) => {
             key.set_expire_at_ms(at_ms);
-            key.changed(event_name(T::ALGORITHM), false);
+            key.changed(T::EVENT, false);
         }
         None => key.changed(cstr!("throttle._load"), false),
     }
@@ -416,5 +438,30 @@ pub(crate) fn set_command(ctx: ffi::Ctx, argv: &[ffi::RString]) {
     match result {
         Ok(()) => ffi::reply_simple_ok(ctx),
         Err(message) => ffi::reply_error(ctx, message),
+    }
+}
+
+/// `THROTTLE._LEASE key <change>`: applies a change to a key's leases as
+/// the master made it (a [`crate::args::PackedEffect`]): how lease changes
+/// reach replicas and the AOF, tokens and ends included, never a call they
+/// would decide again. Internal and admin-only, like `THROTTLE._SET`.
+pub(crate) fn lease_command(ctx: ffi::Ctx, argv: &[ffi::RString]) {
+    let [_, key, packed] = argv else {
+        return ffi::reply_wrong_arity(ctx);
+    };
+    let result = crate::args::PackedEffect::unpack(ffi::bytes(*packed))
+        .map_err(super::reply::CommandError::from)
+        .and_then(|(effect, clock_us)| super::apply::apply_lease_effect(ctx, *key, &effect, clock_us));
+    match result {
+        Ok(()) => {
+            // SAFETY: plain call on the command's context.
+            unsafe {
+                if let Some(f) = raw::RedisModule_ReplicateVerbatim {
+                    f(ctx);
+                }
+            }
+            ffi::reply_simple_ok(ctx)
+        }
+        Err(e) => e.reply(ctx),
     }
 }

@@ -19,8 +19,10 @@ use Illuminate\Support\Carbon;
  * and is woken the moment it is admitted; Laravel polls every 750 ms. A
  * refusal throws ThrottleTimeoutException, a LimiterTimeoutException that
  * carries the reply. Added, after Laravel's arguments: the algorithm, the
- * units a call takes, and a prefix for the key (the connection's own prefix
- * applies as for any command).
+ * units a call takes, a prefix for the key (the connection's own prefix
+ * applies as for any command), and the penalties each call carries (a ban
+ * when it is refused, ...; its reply then has DETAIL's fields). A
+ * `block()` on a banned key waits for the ban to end, or its own time-out.
  */
 class DurationLimiter
 {
@@ -49,6 +51,7 @@ class DurationLimiter
         private string $algorithm = 'fixed',
         private int $cost = 1,
         private string $keyPrefix = '',
+        private ?Penalties $penalties = null,
     ) {
         Limiter::checkAlgorithm($algorithm, 'DurationLimiter algorithm');
         $this->limiter = new Limiter($redis, $keyPrefix);
@@ -96,6 +99,7 @@ class DurationLimiter
     {
         $this->reply = $this->limiter->attempt(
             (string) $this->name, $this->algorithm, (int) $this->maxLocks, (int) $this->decay * 1000, $cost, $blockMs,
+            $this->penalties,
         );
         $this->remaining = max(0, $this->reply->remaining);
         $this->decaysAt = intdiv((int) Carbon::now()->format('Uv') + $this->reply->resetAfterMs + 999, 1000);

@@ -10,6 +10,7 @@ use Illuminate\Http\Request;
 use Illuminate\Support\Facades\RateLimiter;
 use Illuminate\Support\Facades\Redis;
 use RedisThrottle\Laravel\Limiter;
+use RedisThrottle\Laravel\LoginThrottle;
 use RedisThrottle\Laravel\Tests\Support\RedisServer;
 use RedisThrottle\Laravel\Tests\Support\TestCase;
 use RuntimeException;
@@ -60,6 +61,48 @@ final class ClusterTest extends TestCase
             Redis::throttleNative('job')->allow(1)->every(5)->block(0)->then(fn () => 'ran', fn () => 'limited'),
             Redis::throttleNative('job')->allow(1)->every(5)->block(0)->then(fn () => 'ran', fn () => 'limited'),
         ]);
+    }
+
+    /**
+     * Penalties and LoginThrottle route by their one key: a ban through the
+     * builder, a lockout, and clear()'s DEL.
+     *
+     * @dataProvider clients
+     */
+    public function testBansAndLoginThrottle(string $client): void
+    {
+        $this->clusterApp($client);
+        $this->setClock(0);
+        $call = fn () => Redis::throttleNative('job')->allow(1)->every(5)->ban(60)->block(0)
+            ->then(fn () => 'ran', fn ($e) => $e->reply->bannedMs);
+        $this->assertSame(['ran', 60_000], [$call(), $call()]);
+
+        $throttle = new LoginThrottle(2, 60, 600);
+        $throttle->hit('alice|10.0.0.1');
+        $throttle->hit('alice|10.0.0.1');
+        $this->assertSame([true, 600], [$throttle->tooManyAttempts('alice|10.0.0.1'), $throttle->availableIn('alice|10.0.0.1')]);
+        $this->assertSame('thr-fixed', $this->server->type('app_throttle:login:alice|10.0.0.1'));
+        $throttle->clear('alice|10.0.0.1');
+        $this->assertSame([false, 0], [$throttle->tooManyAttempts('alice|10.0.0.1'), $throttle->attempts('alice|10.0.0.1')]);
+    }
+
+    /**
+     * The funnel's THROTTLE.ACQUIRE and THROTTLE.RELEASE route by their one
+     * key: two nested slots of two, the third refused, all released after.
+     *
+     * @dataProvider clients
+     */
+    public function testFunnel(string $client): void
+    {
+        $this->clusterApp($client);
+        $this->setClock(0);
+        $funnel = fn () => Redis::funnelNative('vendor')->limit(2)->releaseAfter(60)->block(0);
+        $outcome = $funnel()->then(fn () => $funnel()->then(fn () => [
+            $this->server->type('app_throttle:vendor'),
+            $funnel()->then(fn () => 'third ran', fn ($e) => $e->reply->retryAfterMs),
+        ]));
+        $this->assertSame(['thr-lease', 60_000], $outcome);
+        $this->assertSame(0, $this->server->client()->exists('app_throttle:vendor'), 'both leases were released');
     }
 
     /**

@@ -5,6 +5,7 @@ declare(strict_types=1);
 namespace RedisThrottle\Laravel\Tests;
 
 use Illuminate\Support\Facades\Redis;
+use RedisThrottle\Laravel\LoginThrottle;
 use RedisThrottle\Laravel\Tests\Support\RedisServer;
 use RedisThrottle\Laravel\Tests\Support\TestCase;
 use RedisThrottle\Laravel\ThrottleModuleMissingException;
@@ -36,5 +37,27 @@ final class MissingModuleTest extends TestCase
         $this->expectException(ThrottleModuleMissingException::class);
         $this->expectExceptionMessage('the Redis server has no THROTTLE.FIXED command: ' . self::HOW);
         Redis::throttleNative('k')->allow(1)->every(1)->then(fn () => null);
+    }
+
+    /** @dataProvider clients */
+    public function testTheFunnelSaysHowToLoadTheModule(string $client): void
+    {
+        $this->app($client);
+        try {
+            Redis::funnelNative('k')->limit(3)->then(fn () => $this->fail('the callback ran'), fn () => $this->fail('the failure callback ran'));
+            $this->fail('no exception');
+        } catch (ThrottleModuleMissingException $e) {
+            $this->assertStringStartsWith('the Redis server has no THROTTLE.ACQUIRE command: ' . self::HOW, $e->getMessage());
+            $this->assertStringContainsStringIgnoringCase("unknown command 'THROTTLE.ACQUIRE'", $e->getMessage());
+        }
+    }
+
+    /** @dataProvider clients */
+    public function testLoginThrottleSaysHowToLoadTheModule(string $client): void
+    {
+        $this->app($client);
+        $this->expectException(ThrottleModuleMissingException::class);
+        $this->expectExceptionMessage('the Redis server has no THROTTLE.FIXED command: ' . self::HOW);
+        (new LoginThrottle(5, 60, 900))->tooManyAttempts('alice|10.0.0.1');
     }
 }

@@ -62,6 +62,12 @@ export function blockArg(block: Period): string {
   return ms.toString();
 }
 
+/** A key as the caller gives it, before any prefix: a string. */
+export function keyArg(key: unknown): string {
+  if (typeof key !== 'string') throw new TypeError(`redis-throttle: key must be a string, got ${key === null ? 'null' : typeof key}`);
+  return key;
+}
+
 export function integerArg(value: number | bigint, what: string): string {
   if (typeof value === 'bigint') return value.toString();
   if (!Number.isSafeInteger(value)) throw new TypeError(`redis-throttle: ${what} must be an integer, got ${value}`);
@@ -77,9 +83,57 @@ export interface CallOptions {
   at?: number | bigint;
 }
 
+/**
+ * Refuses an option this package does not know: ignoring it would leave the
+ * caller believing it works. `options` must be an object (or undefined);
+ * each own key must be in `known`, unless its value is undefined (not given).
+ * `hints` explains why a known mistake is not taken.
+ */
+export function checkOptions(options: unknown, known: readonly string[], where: string, hints: Readonly<Record<string, string>> = {}): void {
+  if (options === undefined) return;
+  if (options === null || typeof options !== 'object' || Array.isArray(options)) {
+    throw new TypeError(`redis-throttle: ${where} takes an options object, got ${options === null ? 'null' : Array.isArray(options) ? 'an array' : typeof options}`);
+  }
+  const unknown = Object.keys(options).filter((name) => !known.includes(name) && (options as Record<string, unknown>)[name] !== undefined);
+  if (unknown.length === 0) return;
+  const named = unknown.map((name) => (Object.hasOwn(hints, name) ? `${name} (${hints[name]})` : name));
+  throw new TypeError(
+    `redis-throttle: ${where} does not support the option${unknown.length > 1 ? 's' : ''} ${named.join(', ')}; ` +
+      `it takes ${known.length > 0 ? known.join(', ') : 'none'}`,
+  );
+}
+
+/** Refuses a value of the wrong type for an option (undefined: not given). */
+export function checkOptionType(value: unknown, type: 'string' | 'boolean' | 'function', what: string): void {
+  if (value !== undefined && typeof value !== type) {
+    throw new TypeError(`redis-throttle: ${what} must be a ${type}, got ${value === null ? 'null' : typeof value}`);
+  }
+}
+
+const SPEC_FIELDS = ['algorithm', 'key', 'limit', 'period', 'burst'] as const;
+const CALL_OPTIONS = ['cost', 'block', 'at'] as const;
+
+/** Refuses call options this call does not take (`extra`: the method's own, such as `exact` or `burst`). */
+export function checkCallOptions(options: unknown, where: string, extra: readonly string[] = [], hints: Readonly<Record<string, string>> = {}): void {
+  checkOptions(options, [...CALL_OPTIONS, ...extra], where, {
+    burst: 'only token() and leaky() take a burst',
+    exact: 'only sliding() takes exact',
+    ...hints,
+  });
+}
+
 /** A limit as THROTTLE.ALL takes it: ALGORITHM key limit period [BURST b] [EXACT]. */
 function specArgs(spec: LimitSpec): string[] {
+  checkOptions(spec, SPEC_FIELDS, 'a limit', {
+    exact: "give algorithm: 'sliding-exact'",
+    cost: 'cost is an option of the call, not of a limit',
+    at: 'at is an option of the call, not of a limit',
+    block: 'block is an option of the call, not of a limit',
+  });
   const { spec: name, exact } = ALGORITHMS[checkAlgorithm(spec.algorithm)];
+  if (spec.burst !== undefined && name !== 'TOKEN' && name !== 'LEAKY') {
+    throw new TypeError(`redis-throttle: burst is for the token and leaky algorithms only, not ${spec.algorithm}`);
+  }
   const args = [name, spec.key, integerArg(spec.limit, 'limit'), periodArg(spec.period)];
   if (spec.burst !== undefined) args.push('BURST', integerArg(spec.burst, 'burst'));
   if (exact) args.push('EXACT');
@@ -88,6 +142,10 @@ function specArgs(spec: LimitSpec): string[] {
 
 /** THROTTLE.<ALGORITHM> key limit period [BURST b] [EXACT] [COST n] [AT µs] [BLOCK ms]. */
 export function callArgs(spec: LimitSpec, options: CallOptions = {}): string[] {
+  checkCallOptions(options, 'call()', [], {
+    exact: "give the limit algorithm: 'sliding-exact'",
+    burst: 'burst is a field of the limit: { algorithm, key, limit, period, burst }',
+  });
   const [name, ...rest] = specArgs(spec);
   const args = [`THROTTLE.${name}`, ...rest];
   if (options.cost !== undefined) args.push('COST', integerArg(options.cost, 'cost'));
@@ -98,7 +156,8 @@ export function callArgs(spec: LimitSpec, options: CallOptions = {}): string[] {
 
 /** THROTTLE.ALL [COST n] [AT µs] spec...: every spec's key must share a hash slot in a cluster. */
 export function allArgs(specs: LimitSpec[], options: Omit<CallOptions, 'block'> = {}): string[] {
-  if (specs.length === 0) throw new TypeError('redis-throttle: all() needs at least one limit');
+  checkOptions(options, ['cost', 'at'], 'all()', { block: 'THROTTLE.ALL answers at once, it does not block' });
+  if (!Array.isArray(specs) || specs.length === 0) throw new TypeError('redis-throttle: all() needs at least one limit');
   const args = ['THROTTLE.ALL'];
   if (options.cost !== undefined) args.push('COST', integerArg(options.cost, 'cost'));
   if (options.at !== undefined) args.push('AT', integerArg(options.at, 'at'));
@@ -138,8 +197,33 @@ export function explain(error: unknown, command: string): unknown {
  */
 export type Send = (args: string[], key: string) => Promise<unknown>;
 
-/** What an application passes: a node-redis (v4-v6) or ioredis (v5-v6) client or cluster. */
-export type RedisClientLike = object;
+/**
+ * A node-redis client (v4-v6: `createClient()`, `createClientPool()`, or a
+ * `duplicate()`): commands go through `sendCommand(args)`. Only the method
+ * this package uses is named, so that any of those versions fits.
+ */
+export interface NodeRedisClientLike {
+  sendCommand(args: string[]): Promise<unknown>;
+}
+
+/** A node-redis cluster (v4-v6: `createCluster()`): `sendCommand(firstKey, isReadonly, args)` routes by `firstKey`. */
+export interface NodeRedisClusterLike {
+  sendCommand(firstKey: string, isReadonly: boolean, args: string[]): Promise<unknown>;
+  getSlotMaster(slot: number): unknown;
+}
+
+/** An ioredis (v5-v6) `Redis` or `Cluster`: commands go through `call(command, ...args)`. */
+export interface IoredisLike {
+  call(command: string, ...args: string[]): Promise<unknown>;
+  options: object;
+}
+
+/**
+ * What an application passes: a node-redis (v4-v6) or ioredis (v5-v6) client
+ * or cluster. Anything else (`{}`, a connection URL, a node-redis sentinel) is
+ * a compile error, and a `TypeError` at run time for JavaScript callers.
+ */
+export type RedisClientLike = NodeRedisClientLike | NodeRedisClusterLike | IoredisLike;
 
 interface IoredisCommand {
   keys?: unknown[];
@@ -152,7 +236,7 @@ interface IoredisCommand {
  */
 export function senderFor(client: RedisClientLike | Send): { send: Send; keyPrefix: string } {
   if (typeof client === 'function') return { send: client as Send, keyPrefix: '' };
-  const c = client as Record<string, any>;
+  const c = (client !== null && typeof client === 'object' ? client : {}) as Record<string, any>;
   if (typeof c.call === 'function' && c.options && typeof c.options === 'object') {
     // ioredis. It applies its keyPrefix, and a cluster routes, by the key
     // positions of the commands it knows: Redis's own, not the module's. So
@@ -182,12 +266,20 @@ export function senderFor(client: RedisClientLike | Send): { send: Send; keyPref
     };
     return { send, keyPrefix };
   }
+  if (typeof c.sendCommand === 'function' && typeof c.getSentinelNode === 'function') {
+    // node-redis's sentinel client takes sendCommand(isReadonly, args): not a client this package drives.
+    throw new TypeError(
+      'redis-throttle: a node-redis sentinel (createSentinel) is not supported: pass a function that sends through it, ' +
+        '(args) => sentinel.sendCommand(false, args), or an ioredis client with its sentinels option',
+    );
+  }
   if (typeof c.sendCommand === 'function') {
     // node-redis: a cluster routes by the first key it is given.
     if (typeof c.getSlotMaster === 'function') return { send: (args, key) => c.sendCommand(key, false, args), keyPrefix: '' };
     return { send: (args) => c.sendCommand(args), keyPrefix: '' };
   }
   throw new TypeError(
-    'redis-throttle: expected a node-redis client or cluster (createClient, createCluster), an ioredis Redis or Cluster, or a function (args, key) => reply',
+    'redis-throttle: expected a node-redis client or cluster (createClient, createCluster), an ioredis Redis or Cluster, or a function (args, key) => reply, ' +
+      `got ${client === null ? 'null' : typeof client === 'object' ? `an object without sendCommand or call (keys: ${Object.keys(c).slice(0, 5).join(', ') || 'none'})` : typeof client}`,
   );
 }

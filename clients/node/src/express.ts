@@ -1,4 +1,4 @@
-import { checkAlgorithm, type Algorithm, type RedisClientLike } from './command.js';
+import { checkAlgorithm, checkOptions, checkOptionType, type Algorithm, type RedisClientLike } from './command.js';
 import type { ThrottleResult } from './reply.js';
 import { Throttle } from './throttle.js';
 
@@ -19,7 +19,23 @@ export interface ExpressStoreOptions {
   algorithm?: Algorithm;
   /** Put before every key. Default `throttle:express:`; give each limiter its own. */
   prefix?: string;
+  /**
+   * The time of each request as Unix microseconds, sent as the commands'
+   * `AT` (tests, replays). Default: none, the server's clock.
+   */
+  clock?: () => number | bigint;
 }
+
+const OPTIONS = ['sendCommand', 'sendCommandCluster', 'client', 'algorithm', 'prefix', 'clock'] as const;
+
+/** Options users bring from other stores, and why this one does not take them. */
+const OPTION_HINTS: Record<string, string> = {
+  resetExpiryOnChange:
+    "rate-limit-redis 5's, removed in rate-limit-redis 6; the module's window ends where express-rate-limit's does, and its keys expire by themselves",
+  windowMs: 'give it to rateLimit(), which passes it to the store',
+  limit: 'give it to rateLimit(), which passes it to the store',
+  max: 'give it to rateLimit(), which passes it to the store',
+};
 
 /** What express-rate-limit passes to `init` (the parts the store reads). */
 interface RateLimitOptions {
@@ -53,6 +69,7 @@ export class ExpressStore {
   readonly prefix: string;
   readonly #throttle: Throttle;
   readonly #algorithm: Algorithm;
+  readonly #clock: (() => number | bigint) | undefined;
   #windowMs = 0;
   /** A fixed limit, decided by the module; undefined: count hits and let express-rate-limit decide. */
   #limit: number | undefined;
@@ -68,12 +85,18 @@ export class ExpressStore {
   #sweepAt = 1000;
 
   constructor(options: ExpressStoreOptions) {
+    checkOptions(options, OPTIONS, 'ExpressStore', OPTION_HINTS);
     const given = (['sendCommand', 'sendCommandCluster', 'client'] as const).filter((name) => options?.[name] !== undefined);
     if (given.length !== 1) {
       throw new TypeError('redis-throttle: ExpressStore needs exactly one of sendCommand, sendCommandCluster or client');
     }
+    checkOptionType(options.sendCommand, 'function', 'sendCommand');
+    checkOptionType(options.sendCommandCluster, 'function', 'sendCommandCluster');
+    checkOptionType(options.prefix, 'string', 'prefix');
+    checkOptionType(options.clock, 'function', 'clock');
     this.prefix = options.prefix ?? 'throttle:express:';
     this.#algorithm = checkAlgorithm(options.algorithm ?? 'fixed');
+    this.#clock = options.clock;
     const { sendCommand, sendCommandCluster, client } = options;
     const target = sendCommand
       ? (args: string[]) => sendCommand(...args)
@@ -101,7 +124,15 @@ export class ExpressStore {
 
   #call(key: string, cost: number): Promise<ThrottleResult> {
     if (this.#windowMs <= 0) throw new Error('redis-throttle: ExpressStore.init() was not called: pass the store to rateLimit({ store })');
-    return this.#throttle.call({ algorithm: this.#algorithm, key, limit: this.#limit ?? COUNT_LIMIT, period: this.#windowMs }, { cost });
+    return this.#throttle.call(
+      { algorithm: this.#algorithm, key, limit: this.#limit ?? COUNT_LIMIT, period: this.#windowMs },
+      { cost, at: this.#clock?.() },
+    );
+  }
+
+  /** Now in milliseconds on the store's clock: the injected one, or the process's. */
+  #now(): number {
+    return this.#clock ? Number(this.#clock()) / 1000 : Date.now();
   }
 
   #info(r: ThrottleResult, now: number): ClientRateLimitInfo {
@@ -111,14 +142,18 @@ export class ExpressStore {
   }
 
   async increment(key: string): Promise<ClientRateLimitInfo> {
-    const now = Date.now();
-    const info = this.#info(await this.#call(key, 1), now);
+    const r = await this.#call(key, 1);
+    // The reply's times count from the server's answer: express-rate-limit
+    // turns resetTime back into seconds from its own Date.now() right after.
+    const info = this.#info(r, Date.now());
     info.totalHits = Math.max(1, info.totalHits);
-    if (this.#skipFailed && this.#limit !== undefined && info.totalHits > this.#limit) {
+    if (this.#skipFailed && this.#limit !== undefined && !r.allowed) {
+      // Times on the store's clock, which decides when the refund can no longer come.
+      const at = this.#now();
       const until = this.#refused.get(key) ?? [];
-      until.push(info.resetTime!.getTime());
+      until.push(at + Math.max(r.retryAfter, 0));
       this.#refused.set(key, until);
-      if (this.#refused.size > this.#sweepAt) this.#sweep(now);
+      if (this.#refused.size > this.#sweepAt) this.#sweep(at);
     }
     return info;
   }
@@ -135,7 +170,7 @@ export class ExpressStore {
   async decrement(key: string): Promise<void> {
     const until = this.#refused.get(key);
     if (until) {
-      const now = Date.now();
+      const now = this.#now();
       const live = until.filter((t) => t > now);
       const refused = live.length > 0;
       if (refused) live.shift();

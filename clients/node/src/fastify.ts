@@ -1,4 +1,4 @@
-import { checkAlgorithm, type Algorithm, type RedisClientLike } from './command.js';
+import { checkAlgorithm, checkOptions, checkOptionType, senderFor, type Algorithm, type RedisClientLike } from './command.js';
 import type { ThrottleResult } from './reply.js';
 import { Throttle } from './throttle.js';
 
@@ -7,6 +7,11 @@ export interface FastifyStoreOptions {
   algorithm?: Algorithm;
   /** Put before every key. Default `throttle:fastify:`; per-route limits add `METHOD/url-` as the plugin's own store does. */
   prefix?: string;
+  /**
+   * The time of each request as Unix microseconds, sent as the commands'
+   * `AT` (tests, replays). Default: none, the server's clock.
+   */
+  clock?: () => number | bigint;
 }
 
 /** What @fastify/rate-limit passes to a store: its global options, or a route's merged with them. */
@@ -57,8 +62,15 @@ function unsupported(params: PluginParams): Error | null {
  * ```
  */
 export function createFastifyStore(client: RedisClientLike, options: FastifyStoreOptions = {}): FastifyStoreClass {
+  checkOptions(options, ['algorithm', 'prefix', 'clock'], 'createFastifyStore', {
+    nameSpace: "the plugin's option for its own Redis store: give this store's prefix",
+  });
+  checkOptionType(options.prefix, 'string', 'prefix');
+  checkOptionType(options.clock, 'function', 'clock');
+  senderFor(client); // a wrong client fails here, not at the plugin's registration
   const algorithm = checkAlgorithm(options.algorithm ?? 'fixed');
   const basePrefix = options.prefix ?? 'throttle:fastify:';
+  const clock = options.clock;
 
   class ThrottleFastifyStore implements FastifyStore {
     readonly #throttle: Throttle;
@@ -88,7 +100,7 @@ export function createFastifyStore(client: RedisClientLike, options: FastifyStor
         callback(null, { current: cost === 0 ? 0 : 1, ttl: cost === 0 ? 0 : timeWindow });
         return;
       }
-      this.#throttle.call({ algorithm, key, limit: max, period: Math.max(1, timeWindow) }, { cost }).then(
+      this.#throttle.call({ algorithm, key, limit: max, period: Math.max(1, timeWindow) }, { cost, at: clock?.() }).then(
         (r: ThrottleResult) => {
           // The plugin refuses when current > max and sends ttl (ms) as the
           // reset and Retry-After: a refused request gets the time until it

@@ -5,6 +5,9 @@ export {
   type CallOptions,
   type LimitSpec,
   type Period,
+  type IoredisLike,
+  type NodeRedisClientLike,
+  type NodeRedisClusterLike,
   type RedisClientLike,
   type Send,
 } from './command.js';

@@ -1,4 +1,4 @@
-import { checkAlgorithm, type Algorithm, type RedisClientLike } from './command.js';
+import { checkAlgorithm, checkOptions, checkOptionType, type Algorithm, type RedisClientLike } from './command.js';
 import { Throttle } from './throttle.js';
 
 export interface NestStorageOptions {
@@ -6,6 +6,11 @@ export interface NestStorageOptions {
   algorithm?: Algorithm;
   /** Put before every key (Nest's keys are hashes of the route, throttler and tracker). Default `throttle:nest:`. */
   prefix?: string;
+  /**
+   * The time of each request as Unix microseconds, sent as the commands'
+   * `AT` (tests, replays). Default: none, the server's clock.
+   */
+  clock?: () => number | bigint;
 }
 
 /** @nestjs/throttler's ThrottlerStorageRecord: times in whole seconds. */
@@ -35,8 +40,17 @@ const seconds = (ms: number) => Math.ceil(Math.max(ms, 0) / 1000);
 export class NestStorage {
   readonly #throttle: Throttle;
   readonly #algorithm: Algorithm;
+  readonly #clock: (() => number | bigint) | undefined;
 
   constructor(client: RedisClientLike, options: NestStorageOptions = {}) {
+    checkOptions(options, ['algorithm', 'prefix', 'clock'], 'NestStorage', {
+      ttl: 'give it to ThrottlerModule.forRoot({ throttlers }), which passes it to the storage',
+      limit: 'give it to ThrottlerModule.forRoot({ throttlers }), which passes it to the storage',
+      blockDuration: 'give it to ThrottlerModule.forRoot({ throttlers }); see the package README for what it does here',
+    });
+    checkOptionType(options.prefix, 'string', 'prefix');
+    checkOptionType(options.clock, 'function', 'clock');
+    this.#clock = options.clock;
     this.#algorithm = checkAlgorithm(options.algorithm ?? 'sliding-exact');
     this.#throttle = new Throttle(client, { prefix: options.prefix ?? 'throttle:nest:' });
   }
@@ -47,7 +61,7 @@ export class NestStorage {
       return { totalHits: 1, timeToExpire: seconds(ttl), isBlocked: true, timeToBlockExpire: seconds(ttl) };
     }
     limit = Math.floor(limit);
-    const r = await this.#throttle.call({ algorithm: this.#algorithm, key, limit, period: Math.max(1, Math.round(ttl)) });
+    const r = await this.#throttle.call({ algorithm: this.#algorithm, key, limit, period: Math.max(1, Math.round(ttl)) }, { at: this.#clock?.() });
     return r.allowed
       ? { totalHits: Math.max(1, limit - r.remaining), timeToExpire: seconds(r.resetAfter), isBlocked: false, timeToBlockExpire: 0 }
       : { totalHits: limit + 1, timeToExpire: seconds(r.resetAfter), isBlocked: true, timeToBlockExpire: seconds(r.retryAfter) };

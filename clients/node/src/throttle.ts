@@ -1,8 +1,12 @@
 import {
   allArgs,
   callArgs,
+  checkCallOptions,
+  checkOptions,
+  checkOptionType,
   explain,
   integerArg,
+  keyArg,
   senderFor,
   type Algorithm,
   type CallOptions,
@@ -34,6 +38,10 @@ export class Throttle {
   readonly #prefix: string;
 
   constructor(client: RedisClientLike | Send, options: ThrottleOptions = {}) {
+    checkOptions(options, ['prefix'], 'Throttle', {
+      keyPrefix: "give ioredis's keyPrefix to ioredis (the package applies it), or this package's prefix",
+    });
+    checkOptionType(options.prefix, 'string', 'prefix');
     const { send, keyPrefix } = senderFor(client);
     this.#send = send;
     this.#prefix = keyPrefix + (options.prefix ?? '');
@@ -50,30 +58,35 @@ export class Throttle {
 
   /** One limit, as `THROTTLE.<ALGORITHM>` (the stores build on this). */
   async call(spec: LimitSpec, options: CallOptions = {}): Promise<ThrottleResult> {
-    const key = this.#prefix + spec.key;
+    const key = this.#prefix + keyArg(spec?.key);
     const args = callArgs({ ...spec, key }, options);
     return parseResult(await this.#run(key, args), args[0]);
   }
 
   /** THROTTLE.FIXED: at most `limit` per window of `period`, opened by the first admitted call. */
-  fixed(key: string, limit: number, period: Period, options?: CallOptions): Promise<ThrottleResult> {
+  async fixed(key: string, limit: number, period: Period, options?: CallOptions): Promise<ThrottleResult> {
+    checkCallOptions(options, 'fixed()');
     return this.call({ algorithm: 'fixed', key, limit, period }, options);
   }
 
   /** THROTTLE.SLIDING: the sliding-window estimate, or with `exact` the exact sliding log. */
-  sliding(key: string, limit: number, period: Period, options: CallOptions & { exact?: boolean } = {}): Promise<ThrottleResult> {
+  async sliding(key: string, limit: number, period: Period, options: CallOptions & { exact?: boolean } = {}): Promise<ThrottleResult> {
+    checkCallOptions(options, 'sliding()', ['exact']);
     const { exact, ...rest } = options;
+    checkOptionType(exact, 'boolean', 'exact');
     return this.call({ algorithm: exact ? 'sliding-exact' : 'sliding', key, limit, period }, rest);
   }
 
   /** THROTTLE.TOKEN: a bucket of `burst` tokens (default `limit`) refilled at `limit` per `period`. */
-  token(key: string, limit: number, period: Period, options: CallOptions & { burst?: number } = {}): Promise<ThrottleResult> {
+  async token(key: string, limit: number, period: Period, options: CallOptions & { burst?: number } = {}): Promise<ThrottleResult> {
+    checkCallOptions(options, 'token()', ['burst']);
     const { burst, ...rest } = options;
     return this.call({ algorithm: 'token', key, limit, period, burst }, rest);
   }
 
   /** THROTTLE.LEAKY: a bucket of `burst` units (default `limit`) draining at `limit` per `period`. */
-  leaky(key: string, limit: number, period: Period, options: CallOptions & { burst?: number } = {}): Promise<ThrottleResult> {
+  async leaky(key: string, limit: number, period: Period, options: CallOptions & { burst?: number } = {}): Promise<ThrottleResult> {
+    checkCallOptions(options, 'leaky()', ['burst']);
     const { burst, ...rest } = options;
     return this.call({ algorithm: 'leaky', key, limit, period, burst }, rest);
   }
@@ -83,14 +96,16 @@ export class Throttle {
    * key must share a hash slot: use a hash tag (`{user:42}:s`, `{user:42}:h`).
    */
   async all(limits: LimitSpec[], options: Omit<CallOptions, 'block'> = {}): Promise<ThrottleAllResult> {
-    const specs = limits.map((spec) => ({ ...spec, key: this.#prefix + spec.key }));
+    if (!Array.isArray(limits)) throw new TypeError('redis-throttle: all() takes an array of limits');
+    const specs = limits.map((spec) => ({ ...spec, key: this.#prefix + keyArg(spec?.key) }));
     const args = allArgs(specs, options);
     return parseAllResult(await this.#run(specs[0]!.key, args), specs.length);
   }
 
   /** THROTTLE.INFO: what the key holds, or null when it holds nothing. Changes nothing. */
   async info(key: string, options: Pick<CallOptions, 'at'> = {}): Promise<ThrottleInfo | null> {
-    const full = this.#prefix + key;
+    checkOptions(options, ['at'], 'info()', { cost: 'THROTTLE.INFO changes nothing; a peek is a call with cost 0' });
+    const full = this.#prefix + keyArg(key);
     const args = ['THROTTLE.INFO', full];
     if (options.at !== undefined) args.push('AT', integerArg(options.at, 'at'));
     return parseInfo(await this.#run(full, args));
@@ -98,7 +113,7 @@ export class Throttle {
 
   /** Deletes the key (a reset). */
   async reset(key: string): Promise<void> {
-    const full = this.#prefix + key;
+    const full = this.#prefix + keyArg(key);
     await this.#send(['DEL', full], full);
   }
 }

@@ -2,13 +2,18 @@
 // real server with the module; time driven by AT, so every value is exact.
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
+import { createSentinel } from 'redis';
 import { Throttle, ThrottleModuleMissingError } from 'redis-throttle';
 import { close, singleClients } from './clients.js';
+import { eventually } from './support/http.js';
 import { startServer } from './support/redis.js';
 
 const T0 = 1_700_000_000_000_000; // Unix µs
 const s = (seconds) => T0 + seconds * 1_000_000;
 const reply = (allowed, limit, remaining, retryAfter, resetAfter) => ({ allowed: !!allowed, limit, remaining, retryAfter, resetAfter });
+// A key lives for its reset_after in the server's real time, whatever AT says:
+// the limits here keep every key for a minute or more, so that no key
+// expires between two calls of a test however slow the machine is.
 
 let server;
 before(async () => {
@@ -35,19 +40,19 @@ for (const [name, connect] of Object.entries(singleClients)) {
     });
 
     it('sliding: the estimate, and exact', async () => {
-      assert.deepEqual(await throttle.sliding('bob', 10, '10s', { cost: 10, at: 9_000_000 }), reply(1, 10, 0, 0, 11000));
-      assert.deepEqual(await throttle.sliding('bob', 10, 10_000, { at: 12_000_000 }), reply(1, 10, 1, 0, 18000));
+      assert.deepEqual(await throttle.sliding('bob', 10, '10m', { cost: 10, at: 540_000_000 }), reply(1, 10, 0, 0, 660_000));
+      assert.deepEqual(await throttle.sliding('bob', 10, 600_000, { at: 720_000_000 }), reply(1, 10, 1, 0, 1_080_000));
       assert.deepEqual(await throttle.sliding('sms', 3, '1h', { exact: true, at: s(0) }), reply(1, 3, 2, 0, 3_600_000));
       assert.equal(await server.command('TYPE', `${p}sms`), 'thr-exact');
     });
 
     it('token and leaky, with burst', async () => {
-      assert.deepEqual(await throttle.token('carol', 10, '1s', { burst: 20, cost: 20, at: s(0) }), reply(1, 20, 0, 0, 2000));
-      assert.deepEqual(await throttle.token('carol', 10, 1000, { burst: 20, at: s(0.05) }), reply(0, 20, 0, 50, 1950));
-      assert.deepEqual(await throttle.token('carol', 10, '1s', { burst: 20, at: s(0.1) }), reply(1, 20, 0, 0, 2000));
+      assert.deepEqual(await throttle.token('carol', 10, '1h', { burst: 20, cost: 20, at: s(0) }), reply(1, 20, 0, 0, 7_200_000));
+      assert.deepEqual(await throttle.token('carol', 10, 3_600_000, { burst: 20, at: s(180) }), reply(0, 20, 0, 180_000, 7_020_000));
+      assert.deepEqual(await throttle.token('carol', 10, '1h', { burst: 20, at: s(360) }), reply(1, 20, 0, 0, 7_200_000));
       const leaky = [];
-      for (let i = 0; i < 4; i++) leaky.push(await throttle.leaky('gateway', 10, '1s', { burst: 3, at: s(0) }));
-      assert.deepEqual(leaky, [reply(1, 3, 2, 0, 100), reply(1, 3, 1, 100, 200), reply(1, 3, 0, 200, 300), reply(0, 3, 0, 100, 300)]);
+      for (let i = 0; i < 4; i++) leaky.push(await throttle.leaky('gateway', 10, '1h', { burst: 3, at: s(0) }));
+      assert.deepEqual(leaky, [reply(1, 3, 2, 0, 360_000), reply(1, 3, 1, 360_000, 720_000), reply(1, 3, 0, 720_000, 1_080_000), reply(0, 3, 0, 360_000, 1_080_000)]);
     });
 
     it('a peek (cost 0) and a refund (negative cost)', async () => {
@@ -58,21 +63,21 @@ for (const [name, connect] of Object.entries(singleClients)) {
 
     it('all: several limits at once', async () => {
       const limits = [
-        { algorithm: 'fixed', key: '{u42}:s', limit: 10, period: '1s' },
+        { algorithm: 'fixed', key: '{u42}:s', limit: 10, period: '1m' },
         { algorithm: 'sliding-exact', key: '{u42}:h', limit: 1000, period: '1h' },
       ];
       assert.deepEqual(await throttle.all(limits, { at: s(0) }), {
         allowed: true,
-        results: [reply(1, 10, 9, 0, 1000), reply(1, 1000, 999, 0, 3_600_000)],
+        results: [reply(1, 10, 9, 0, 60_000), reply(1, 1000, 999, 0, 3_600_000)],
       });
-      const refused = await throttle.all(limits, { cost: 10, at: s(0.5) });
-      assert.deepEqual(refused, { allowed: false, results: [reply(0, 10, 9, 500, 500), reply(1, 1000, 999, 0, 3_599_500)] });
+      const refused = await throttle.all(limits, { cost: 10, at: s(30) });
+      assert.deepEqual(refused, { allowed: false, results: [reply(0, 10, 9, 30_000, 30_000), reply(1, 1000, 999, 0, 3_570_000)] });
     });
 
     it('info: each field, camel-cased; null for a missing key', async () => {
-      await throttle.token('erin', 10, '1s', { burst: 20, cost: 15, at: s(0) });
-      assert.deepEqual(await throttle.info('erin', { at: s(1) }), {
-        algorithm: 'token', limit: 10, periodMs: 1000, burst: 20, updatedAt: s(0), remaining: 15, resetAfter: 500,
+      await throttle.token('erin', 10, '1h', { burst: 20, cost: 15, at: s(0) });
+      assert.deepEqual(await throttle.info('erin', { at: s(3600) }), {
+        algorithm: 'token', limit: 10, periodMs: 3_600_000, burst: 20, updatedAt: s(0), remaining: 15, resetAfter: 1_800_000,
       });
       await throttle.fixed('frank', 3, '1m', { at: s(0) });
       const fixed = await throttle.info('frank');
@@ -83,10 +88,10 @@ for (const [name, connect] of Object.entries(singleClients)) {
     });
 
     it('reset deletes the key', async () => {
-      await throttle.fixed('gina', 1, '1m');
-      assert.equal((await throttle.fixed('gina', 1, '1m')).allowed, false);
+      await throttle.fixed('gina', 1, '1m', { at: s(0) });
+      assert.equal((await throttle.fixed('gina', 1, '1m', { at: s(1) })).allowed, false);
       await throttle.reset('gina');
-      assert.equal((await throttle.fixed('gina', 1, '1m')).allowed, true);
+      assert.equal((await throttle.fixed('gina', 1, '1m', { at: s(1) })).allowed, true);
     });
 
     it("the server's errors come through as they are", async () => {
@@ -115,16 +120,69 @@ describe('arguments', () => {
     await assert.rejects(throttle.call({ algorithm: 'gcra', key: 'k', limit: 1, period: 1 }), /unknown algorithm "gcra"/);
     await assert.rejects(throttle.all([]), /needs at least one limit/);
     assert.equal(await server.command('EXISTS', 'args:k'), 0);
-    assert.throws(() => new Throttle({}), /expected a node-redis client or cluster/);
+    assert.throws(() => new Throttle({}), /expected a node-redis client or cluster .* got an object without sendCommand or call \(keys: none\)/);
+    assert.throws(() => new Throttle(null), /expected a node-redis client or cluster .* got null/);
+    assert.throws(() => new Throttle('redis://127.0.0.1:6379'), /expected a node-redis client or cluster .* got string/);
+    // node-redis's sentinel has a sendCommand(isReadonly, args) of its own: refused, with the way round it
+    const sentinel = createSentinel({ name: 'mymaster', sentinelRootNodes: [{ host: '127.0.0.1', port: 1 }] });
+    assert.throws(() => new Throttle(sentinel), /a node-redis sentinel \(createSentinel\) is not supported: pass a function that sends through it/);
+  });
+
+  it('refuses an option the call or the client does not take, by name, before sending anything', async () => {
+    const refused = [
+      [() => throttle.fixed('k', 1, '1s', { burst: 5 }), /^redis-throttle: fixed\(\) does not support the option burst \(only token\(\) and leaky\(\) take a burst\); it takes cost, block, at$/],
+      [() => throttle.fixed('k', 1, '1s', { exact: true }), /fixed\(\) does not support the option exact \(only sliding\(\) takes exact\)/],
+      [() => throttle.sliding('k', 1, '1s', { burst: 5 }), /sliding\(\) does not support the option burst/],
+      [() => throttle.sliding('k', 1, '1s', { exact: 'yes' }), /exact must be a boolean, got string/],
+      [() => throttle.token('k', 1, '1s', { exact: true }), /token\(\) does not support the option exact/],
+      [() => throttle.leaky('k', 1, '1s', { count: true }), /leaky\(\) does not support the option count; it takes cost, block, at, burst$/],
+      [() => throttle.fixed('k', 1, '1s', { cost: 1, timeout: 5 }), /fixed\(\) does not support the option timeout/],
+      [() => throttle.fixed('k', 1, '1s', 5), /fixed\(\) takes an options object, got number/],
+      [() => throttle.call({ algorithm: 'sliding', key: 'k', limit: 1, period: 1, exact: true }), /a limit does not support the option exact \(give algorithm: 'sliding-exact'\)/],
+      [() => throttle.call({ algorithm: 'fixed', key: 'k', limit: 1, period: 1, burst: 2 }), /burst is for the token and leaky algorithms only, not fixed/],
+      [() => throttle.call({ algorithm: 'token', key: 'k', limit: 1, period: 1 }, { burst: 2 }), /call\(\) does not support the option burst \(burst is a field of the limit/],
+      [() => throttle.call({ algorithm: 'fixed', limit: 1, period: 1 }), /key must be a string, got undefined/],
+      [() => throttle.all([{ algorithm: 'fixed', key: 'k', limit: 1, period: 1 }], { block: 100 }), /all\(\) does not support the option block \(THROTTLE\.ALL answers at once, it does not block\); it takes cost, at$/],
+      [() => throttle.all([{ algorithm: 'fixed', key: 'k', limit: 1, period: 1, cost: 2 }]), /a limit does not support the option cost \(cost is an option of the call, not of a limit\)/],
+      [() => throttle.all({ algorithm: 'fixed', key: 'k', limit: 1, period: 1 }), /all\(\) takes an array of limits/],
+      [() => throttle.info('k', { cost: 0 }), /info\(\) does not support the option cost/],
+      [() => throttle.reset(42), /key must be a string, got number/],
+    ];
+    for (const [call, message] of refused) await assert.rejects(call(), { name: 'TypeError', message });
+    assert.equal(await server.command('EXISTS', 'args:k'), 0, 'nothing was sent');
+    assert.throws(() => new Throttle(client, { keyPrefix: 'app:' }), {
+      name: 'TypeError',
+      message: /^redis-throttle: Throttle does not support the option keyPrefix \(give ioredis's keyPrefix to ioredis.*\); it takes prefix$/,
+    });
+    assert.throws(() => new Throttle(client, { prefix: 1 }), /prefix must be a string, got number/);
+    // an option given as undefined is not given
+    assert.equal((await throttle.fixed('k2', 1, '1s', { cost: undefined, burst: undefined })).allowed, true);
   });
 
   it('block: waits on the server until admitted (milliseconds or a period string)', async () => {
-    assert.equal((await throttle.token('wait', 1, '1s')).allowed, true);
-    const refused = await throttle.token('wait', 1, '1s');
-    assert.equal(refused.allowed, false);
-    assert.ok(refused.retryAfter > 0);
-    assert.equal((await throttle.token('wait', 1, '1s', { block: '5s' })).allowed, true);
-    assert.equal((await throttle.token('wait', 1, '1s', { block: 5000 })).allowed, true);
+    // A bucket that refills once an hour: nothing but the refund below can
+    // admit the waiters, so no test step depends on how fast time passes.
+    const stats = async () => {
+      const text = await server.command('INFO', 'throttle');
+      return {
+        blocked: Number(/throttle_token:.*\bblocked=(\d+)/.exec(text)[1]),
+        waiting: Number(/throttle_waiting_clients:(\d+)/.exec(text)[1]),
+      };
+    };
+    for (const block of ['1h', 3_600_000]) {
+      await throttle.reset('wait');
+      assert.equal((await throttle.token('wait', 1, '1h')).allowed, true);
+      const refused = await throttle.token('wait', 1, '1h');
+      assert.equal(refused.allowed, false);
+      assert.ok(refused.retryAfter > 3_590_000);
+      const before = await stats();
+      const waiter = throttle.token('wait', 1, '1h', { block });
+      await eventually(async () => (await stats()).waiting === before.waiting + 1, 30_000, 'the call waiting on the server');
+      await server.command('THROTTLE.TOKEN', 'args:wait', '1', '1h', 'COST', '-1'); // a refund serves the waiter
+      const admitted = await waiter;
+      assert.equal(admitted.allowed, true);
+      assert.equal((await stats()).blocked, before.blocked + 1, 'the call waited on the server once');
+    }
   });
 
   it('a function that sends commands works as a client', async () => {

@@ -8,8 +8,15 @@ import rateLimit8 from 'express-rate-limit';
 import rateLimit7 from 'express-rate-limit-7';
 import { createClient } from 'redis';
 import { ExpressStore } from 'redis-throttle';
-import { eventually, flood, listen, request } from './support/http.js';
+import { flood, listen, request } from './support/http.js';
 import { serverWithClients, startServer } from './support/redis.js';
+
+/** The stores' clock: Unix µs sent as AT, so every window and reset is exact. A test moves it with `time.now`. */
+const T0 = 1_700_000_000_000_000;
+const fixedClock = () => {
+  const time = { now: T0, clock: () => time.now };
+  return time;
+};
 
 let server;
 let nodeRedis;
@@ -25,12 +32,21 @@ function app(limiter) {
   return a;
 }
 
-/** A store whose refunds the test can wait for: the real store, counting finished decrements. */
+/**
+ * A store whose refunds the test can wait for: the real store, counting
+ * finished decrements (express-rate-limit asks for them after the response).
+ */
 class ObservedStore extends ExpressStore {
   decrements = 0;
+  #waiting = [];
   async decrement(key) {
     await super.decrement(key);
     this.decrements++;
+    for (const w of this.#waiting.filter((w) => this.decrements >= w.count)) w.resolve();
+  }
+  /** Resolves once `count` refunds have finished. */
+  refunds(count) {
+    return this.decrements >= count ? Promise.resolve() : new Promise((resolve) => this.#waiting.push({ count, resolve }));
   }
 }
 
@@ -44,8 +60,8 @@ for (const [version, rateLimit] of Object.entries(versions)) {
   for (const [senderName, sender] of Object.entries(senders)) {
     describe(`${version}, ${senderName}`, () => {
       let n = 0;
-      /** A fresh limiter (own prefix) served on its own port. */
-      async function serve(options, store = new ExpressStore({ ...sender(), prefix: `${version}:${senderName}:${n++}:` })) {
+      /** A fresh limiter (own prefix, clock fixed at T0) served on its own port. */
+      async function serve(options, store = new ExpressStore({ ...sender(), prefix: `${version}:${senderName}:${n++}:`, clock: () => T0 })) {
         const limiter = rateLimit({ keyGenerator: (req) => req.get('x-client') ?? 'anon', store, ...options });
         const http = await listen(app(limiter));
         return { ...http, limiter, store };
@@ -54,9 +70,10 @@ for (const [version, rateLimit] of Object.entries(versions)) {
       it('admits the limit, then 429 with every header (legacy and draft-6)', async (t) => {
         const s = await serve({ windowMs: 60_000, limit: 3, standardHeaders: 'draft-6', legacyHeaders: true });
         t.after(s.close);
-        const now = Math.floor(Date.now() / 1000);
+        const before = Date.now();
         const seen = [];
         for (let i = 0; i < 4; i++) seen.push(await request(`${s.url}/ok`));
+        const after = Date.now();
         assert.deepEqual(seen.map((r) => r.status), [200, 200, 200, 429]);
         assert.deepEqual(seen.map((r) => r.headers['x-ratelimit-remaining']), ['2', '1', '0', '0']);
         assert.deepEqual(seen.map((r) => r.headers['ratelimit-remaining']), ['2', '1', '0', '0']);
@@ -64,77 +81,80 @@ for (const [version, rateLimit] of Object.entries(versions)) {
           assert.equal(r.headers['x-ratelimit-limit'], '3');
           assert.equal(r.headers['ratelimit-limit'], '3');
           assert.equal(r.headers['ratelimit-policy'], '3;w=60');
-          // the window ends 60 s after the first request
-          assert.ok(['59', '60'].includes(r.headers['ratelimit-reset']), r.headers['ratelimit-reset']);
+          // every request at T0: the window ends 60 s after it, for each of them
+          assert.equal(r.headers['ratelimit-reset'], '60');
+          // X-RateLimit-Reset is Unix seconds: 60 s after the reply came, within the requests' own span
           const reset = Number(r.headers['x-ratelimit-reset']);
-          assert.ok(reset >= now + 59 && reset <= now + 62, `X-RateLimit-Reset ${reset}, now ${now}`);
+          assert.ok(reset >= Math.ceil((before + 60_000) / 1000) && reset <= Math.ceil((after + 60_000) / 1000), `X-RateLimit-Reset ${reset}, requests from ${before} to ${after} ms`);
         }
         assert.equal(seen[0].headers['retry-after'], undefined);
-        assert.ok(['59', '60'].includes(seen[3].headers['retry-after']), seen[3].headers['retry-after']);
+        assert.equal(seen[3].headers['retry-after'], '60');
         assert.equal(seen[3].body, 'Too many requests, please try again later.');
         // other clients have their own count
         assert.equal((await request(`${s.url}/ok`, { 'x-client': 'other' })).status, 200);
       });
 
       it('draft-7 and draft-8 headers', async (t) => {
-        const s7 = await serve({ windowMs: 10_000, limit: 2, standardHeaders: 'draft-7', legacyHeaders: false });
+        const s7 = await serve({ windowMs: 60_000, limit: 2, standardHeaders: 'draft-7', legacyHeaders: false });
         t.after(s7.close);
         const a = await request(`${s7.url}/ok`);
-        assert.equal(a.headers['ratelimit-policy'], '2;w=10');
-        assert.match(a.headers.ratelimit, /^limit=2, remaining=1, reset=(9|10)$/);
+        assert.equal(a.headers['ratelimit-policy'], '2;w=60');
+        assert.equal(a.headers.ratelimit, 'limit=2, remaining=1, reset=60');
         assert.equal(a.headers['x-ratelimit-limit'], undefined);
         await request(`${s7.url}/ok`);
         const refused = await request(`${s7.url}/ok`);
         assert.equal(refused.status, 429);
-        assert.match(refused.headers.ratelimit, /^limit=2, remaining=0, reset=(9|10)$/);
-        assert.ok(['9', '10'].includes(refused.headers['retry-after']));
+        assert.equal(refused.headers.ratelimit, 'limit=2, remaining=0, reset=60');
+        assert.equal(refused.headers['retry-after'], '60');
         if (version === 'express-rate-limit 8') {
-          const s8 = await serve({ windowMs: 10_000, limit: 2, standardHeaders: 'draft-8', legacyHeaders: false, identifier: 'api' });
+          const s8 = await serve({ windowMs: 60_000, limit: 2, standardHeaders: 'draft-8', legacyHeaders: false, identifier: 'api' });
           t.after(s8.close);
           const b = await request(`${s8.url}/ok`);
-          assert.match(b.headers.ratelimit, /^"api"; r=1; t=(9|10)$/);
-          assert.match(b.headers['ratelimit-policy'], /^"api"; q=2; w=10; pk=:[A-Za-z0-9+/=]+:$/);
+          assert.equal(b.headers.ratelimit, '"api"; r=1; t=60');
+          assert.match(b.headers['ratelimit-policy'], /^"api"; q=2; w=60; pk=:[A-Za-z0-9+/=]+:$/);
         }
       });
 
-      it('the window resets: admitted again once it has passed', async (t) => {
-        const s = await serve({ windowMs: 1000, limit: 2 });
+      it('the window resets: refused until Retry-After has passed, then a new window', async (t) => {
+        const time = fixedClock();
+        const store = new ExpressStore({ ...sender(), prefix: `${version}:${senderName}:resets:`, clock: time.clock });
+        const s = await serve({ windowMs: 60_000, limit: 2 }, store);
         t.after(s.close);
         assert.deepEqual([(await request(`${s.url}/ok`)).status, (await request(`${s.url}/ok`)).status], [200, 200]);
+        time.now = T0 + 30_000_000;
         const refused = await request(`${s.url}/ok`);
         assert.equal(refused.status, 429);
-        assert.equal(refused.headers['retry-after'], '1');
-        const started = Date.now();
-        const again = await eventually(async () => {
-          const r = await request(`${s.url}/ok`);
-          return r.status === 200 && r;
-        }, 3000, 'a request admitted after the window');
-        assert.ok(Date.now() - started < 1500);
+        assert.equal(refused.headers['retry-after'], '30');
+        time.now = T0 + 59_999_000;
+        assert.equal((await request(`${s.url}/ok`)).status, 429, 'still inside the window 1 ms before its end');
+        time.now = T0 + 60_000_000;
+        const again = await request(`${s.url}/ok`);
+        assert.equal(again.status, 200, 'admitted once Retry-After has passed');
         assert.equal(again.headers['x-ratelimit-remaining'], '1', 'a new window with one request in it');
       });
 
       it('skipFailedRequests: failed requests are refunded, refused ones take nothing and get nothing back', async (t) => {
-        const store = new ObservedStore({ ...sender(), prefix: `${version}:${senderName}:skip-failed:` });
+        const store = new ObservedStore({ ...sender(), prefix: `${version}:${senderName}:skip-failed:`, clock: () => T0 });
         const s = await serve({ windowMs: 60_000, limit: 2, skipFailedRequests: true }, store);
         t.after(s.close);
         for (let i = 0; i < 5; i++) assert.equal((await request(`${s.url}/fail`)).status, 500);
-        await eventually(() => store.decrements === 5, 5000, 'five refunds');
+        await store.refunds(5);
         assert.equal(await s.limiter.getKey('anon'), undefined, 'every failed request was refunded');
         assert.equal((await request(`${s.url}/ok`)).status, 200);
         assert.equal((await request(`${s.url}/ok`)).status, 200);
         assert.equal((await request(`${s.url}/ok`)).status, 429);
         // The 429 is a failed request too: express-rate-limit asks for its refund.
-        await eventually(() => store.decrements === 6, 5000, 'the refused request\'s refund');
+        await store.refunds(6);
         assert.equal((await s.limiter.getKey('anon')).totalHits, 2);
         assert.equal((await request(`${s.url}/ok`)).status, 429, 'the refused request was not paid out');
       });
 
       it('skipSuccessfulRequests: only failures count', async (t) => {
-        const store = new ObservedStore({ ...sender(), prefix: `${version}:${senderName}:skip-ok:` });
+        const store = new ObservedStore({ ...sender(), prefix: `${version}:${senderName}:skip-ok:`, clock: () => T0 });
         const s = await serve({ windowMs: 60_000, limit: 2, skipSuccessfulRequests: true }, store);
         t.after(s.close);
         for (let i = 0; i < 4; i++) assert.equal((await request(`${s.url}/ok`)).status, 200);
-        await eventually(() => store.decrements === 4, 5000, 'four refunds');
+        await store.refunds(4);
         assert.equal((await request(`${s.url}/fail`)).status, 500);
         assert.equal((await request(`${s.url}/fail`)).status, 500);
         assert.equal((await request(`${s.url}/fail`)).status, 429);
@@ -146,9 +166,13 @@ for (const [version, rateLimit] of Object.entries(versions)) {
         t.after(s.close);
         assert.equal(await s.limiter.getKey('anon'), undefined);
         await request(`${s.url}/ok`);
+        const before = Date.now();
         const info = await s.limiter.getKey('anon');
+        const after = Date.now();
         assert.equal(info.totalHits, 1);
-        assert.ok(info.resetTime.getTime() > Date.now() + 58_000);
+        // the window opened at T0 and the peek is at T0: 60 s left, counted from the reply
+        const reset = info.resetTime.getTime();
+        assert.ok(reset >= before + 60_000 && reset <= after + 60_000, `resetTime ${reset}, peek from ${before} to ${after} ms`);
         await request(`${s.url}/ok`);
         assert.equal((await request(`${s.url}/ok`)).status, 429);
         await s.limiter.resetKey('anon');
@@ -167,7 +191,7 @@ for (const [version, rateLimit] of Object.entries(versions)) {
       });
 
       it('other algorithms: token bucket', async (t) => {
-        const store = new ExpressStore({ ...sender(), algorithm: 'token', prefix: `${version}:${senderName}:token:` });
+        const store = new ExpressStore({ ...sender(), algorithm: 'token', prefix: `${version}:${senderName}:token:`, clock: () => T0 });
         const s = await serve({ windowMs: 60_000, limit: 2 }, store);
         t.after(s.close);
         const statuses = [];
@@ -190,6 +214,23 @@ describe('ExpressStore options', () => {
     assert.throws(() => new ExpressStore({}), /exactly one of sendCommand, sendCommandCluster or client/);
     assert.throws(() => new ExpressStore({ client: nodeRedis, sendCommand: () => {} }), /exactly one/);
     assert.throws(() => new ExpressStore({ client: nodeRedis, algorithm: 'gcra' }), /unknown algorithm/);
+  });
+
+  it('refuses an option it does not implement, by name, instead of ignoring it', () => {
+    const sendCommand = (...args) => nodeRedis.sendCommand(args);
+    // rate-limit-redis 5's option, which rate-limit-redis 6 refuses too
+    assert.throws(() => new ExpressStore({ sendCommand, resetExpiryOnChange: true }), {
+      name: 'TypeError',
+      message: /^redis-throttle: ExpressStore does not support the option resetExpiryOnChange \(rate-limit-redis 5's, removed in rate-limit-redis 6/,
+    });
+    assert.throws(() => new ExpressStore({ sendCommand, resetExpiryOnChange: false }), /option resetExpiryOnChange/);
+    assert.throws(() => new ExpressStore({ sendCommand, windowMs: 1000, expiry: 60 }), /does not support the options windowMs \(give it to rateLimit\(\).*\), expiry; it takes sendCommand, sendCommandCluster, client, algorithm, prefix, clock$/);
+    assert.throws(() => new ExpressStore({ sendCommand: nodeRedis }), /sendCommand must be a function, got object/);
+    assert.throws(() => new ExpressStore({ client: nodeRedis, prefix: 42 }), /prefix must be a string, got number/);
+    assert.throws(() => new ExpressStore({ client: {} }), /expected a node-redis client or cluster/);
+    assert.throws(() => new ExpressStore('redis://127.0.0.1'), /ExpressStore takes an options object, got string/);
+    // an option given as undefined is not given
+    new ExpressStore({ sendCommand, prefix: undefined, resetExpiryOnChange: undefined });
   });
 
   it('token, leaky and sliding-exact need a fixed limit', () => {

@@ -9,8 +9,11 @@ import { APP_GUARD, NestFactory } from '@nestjs/core';
 import { SkipThrottle, Throttle as ThrottleRoute, ThrottlerGuard, ThrottlerModule } from '@nestjs/throttler';
 import { createClient } from 'redis';
 import { NestStorage, ThrottleModuleMissingError } from 'redis-throttle';
-import { eventually, flood, request } from './support/http.js';
+import { flood, request } from './support/http.js';
 import { serverWithClients, startServer } from './support/redis.js';
+
+/** The storages' clock: Unix µs sent as AT, so every window and reset is exact. */
+const T0 = 1_700_000_000_000_000;
 
 let server;
 let nodeRedis;
@@ -59,7 +62,7 @@ const clients = { 'node-redis': () => nodeRedis, ioredis: () => ioredis };
 for (const [clientName, client] of Object.entries(clients)) {
   describe(`@nestjs/throttler 6, Express adapter, ${clientName}`, () => {
     let n = 0;
-    const storage = (options = {}) => new NestStorage(client(), { prefix: `nest:${clientName}:${n++}:`, ...options });
+    const storage = (options = {}) => new NestStorage(client(), { prefix: `nest:${clientName}:${n++}:`, clock: () => T0, ...options });
 
     it('admits the limit, then 429 with Retry-After; every header', async (t) => {
       const s = await serve({ throttlers: [{ ttl: 60_000, limit: 3 }], storage: storage() });
@@ -70,11 +73,11 @@ for (const [clientName, client] of Object.entries(clients)) {
       assert.deepEqual(seen.slice(0, 3).map((r) => r.headers['x-ratelimit-remaining']), ['2', '1', '0']);
       for (const r of seen.slice(0, 3)) {
         assert.equal(r.headers['x-ratelimit-limit'], '3');
-        assert.ok(['59', '60'].includes(r.headers['x-ratelimit-reset']), r.headers['x-ratelimit-reset']);
+        assert.equal(r.headers['x-ratelimit-reset'], '60', 'every request at T0: each hit counts for 60 s');
         assert.equal(r.headers['retry-after'], undefined);
       }
       // A blocked request gets Retry-After only, as with Nest's own storage.
-      assert.ok(['59', '60'].includes(seen[3].headers['retry-after']), seen[3].headers['retry-after']);
+      assert.equal(seen[3].headers['retry-after'], '60');
       assert.equal(seen[3].headers['x-ratelimit-limit'], undefined);
       assert.deepEqual(JSON.parse(seen[3].body), { statusCode: 429, message: 'ThrottlerException: Too Many Requests' });
     });
@@ -90,23 +93,29 @@ for (const [clientName, client] of Object.entries(clients)) {
     });
 
     it('named throttlers: every header with its suffix; blocked until the module admits again', async (t) => {
-      const s = await serve({ throttlers: [{ name: 'short', ttl: 1000, limit: 2 }, { name: 'long', ttl: 60_000, limit: 5 }], storage: storage() });
+      const time = { now: T0 };
+      const s = await serve({
+        throttlers: [{ name: 'short', ttl: 60_000, limit: 2 }, { name: 'long', ttl: 3_600_000, limit: 5 }],
+        storage: storage({ clock: () => time.now }),
+      });
       t.after(s.close);
       const a = await request(`${s.url}/ok`);
       assert.equal(a.headers['x-ratelimit-limit-short'], '2');
       assert.equal(a.headers['x-ratelimit-remaining-short'], '1');
-      assert.equal(a.headers['x-ratelimit-reset-short'], '1');
+      assert.equal(a.headers['x-ratelimit-reset-short'], '60');
       assert.equal(a.headers['x-ratelimit-limit-long'], '5');
       assert.equal(a.headers['x-ratelimit-remaining-long'], '4');
       await request(`${s.url}/ok`);
+      time.now = T0 + 24_000_000;
       const blocked = await request(`${s.url}/ok`);
       assert.equal(blocked.status, 429);
-      assert.equal(blocked.headers['retry-after-short'], '1');
-      const again = await eventually(async () => {
-        const r = await request(`${s.url}/ok`);
-        return r.status === 200 && r;
-      }, 3000, 'admitted once the short window has passed');
-      assert.equal(again.headers['x-ratelimit-remaining-long'], '2', 'the refused request took nothing from the long limit');
+      assert.equal(blocked.headers['retry-after-short'], '36');
+      time.now = T0 + 59_999_000;
+      assert.equal((await request(`${s.url}/ok`)).status, 429, 'still blocked 1 ms before the hits at T0 leave the short window');
+      time.now = T0 + 60_000_000;
+      const again = await request(`${s.url}/ok`);
+      assert.equal(again.status, 200, 'admitted once the short window has passed');
+      assert.equal(again.headers['x-ratelimit-remaining-long'], '2', 'the refused requests took nothing from the long limit');
     });
 
     it('another algorithm: fixed window', async (t) => {
@@ -125,6 +134,20 @@ for (const [clientName, client] of Object.entries(clients)) {
     });
   });
 }
+
+describe('NestStorage options', () => {
+  it('refuses an option or a client it cannot use, by name', () => {
+    assert.throws(() => new NestStorage(nodeRedis, { ttl: 60_000 }), {
+      name: 'TypeError',
+      message: /^redis-throttle: NestStorage does not support the option ttl \(give it to ThrottlerModule\.forRoot\(\{ throttlers \}\).*; it takes algorithm, prefix, clock$/,
+    });
+    assert.throws(() => new NestStorage(nodeRedis, { blockDuration: 0, keyPrefix: 'x' }), /does not support the options blockDuration \(.*\), keyPrefix;/);
+    assert.throws(() => new NestStorage(nodeRedis, { algorithm: 'gcra' }), /unknown algorithm "gcra"/);
+    assert.throws(() => new NestStorage({}), /expected a node-redis client or cluster/);
+    assert.throws(() => new NestStorage('redis://127.0.0.1'), /expected a node-redis client or cluster/);
+    new NestStorage(ioredis, { algorithm: 'token', prefix: 'n:' });
+  });
+});
 
 describe('a server without the module', () => {
   it('the first request fails, and the error says how to load the module', async () => {

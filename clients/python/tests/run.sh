@@ -7,6 +7,9 @@
 # THROTTLE_REDIS_SERVER, or redis-server on PATH). `run.sh venv` only
 # prepares the virtualenv and prints its python (for bench/).
 #
+# Then Django REST framework's own throttling tests from its sdist
+# (drf_suite.sh, tests/drf_suite.py), a few seconds a server.
+#
 # Where the time goes: the package's suite takes ~15 s a server; the tests
 # that are the same on every server (mypy, a pip install into a fresh
 # virtualenv; marked server_independent) run on the first server only.
@@ -77,6 +80,8 @@ for binary in "${servers[@]}"; do
      "${only[@]}" tests) || status=1
   first=0
 done
+
+"$here/drf_suite.sh" "$python" "$target" "${servers[@]}" || status=1
 
 for i in "${!servers[@]}"; do
   binary="${servers[$i]}"

@@ -50,6 +50,11 @@ final class LaravelApp
             'auth' => [
                 'defaults' => ['guard' => 'web'],
                 'guards' => ['web' => ['driver' => 'no-session'], 'api' => ['driver' => 'bearer-name']],
+                // The login routes' users (App\MemoryUserProvider): e-mail => bcrypt hash.
+                'providers' => ['users' => ['driver' => 'memory', 'users' => [
+                    'alice@example.com' => self::hash('alice-secret'),
+                    'bob@example.com' => self::hash('bob-secret'),
+                ]]],
             ],
             // Laravel's own limiter counts in the cache: Redis, so that its
             // counts outlive each request's application as in production.
@@ -68,6 +73,13 @@ final class LaravelApp
         $app->singleton(HttpKernelContract::class, $kernel);
         $app->singleton(ExceptionHandler::class, Handler::class);
         return $app;
+    }
+
+    /** A bcrypt hash at the lowest cost, made once per password and run. */
+    private static function hash(string $password): string
+    {
+        static $hashes = [];
+        return $hashes[$password] ??= password_hash($password, PASSWORD_BCRYPT, ['cost' => 4]);
     }
 
     /** Created once per run, removed when PHP exits. */

@@ -55,6 +55,28 @@ function ping(port) {
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /**
+ * The servers this process started and has not stopped. A test process
+ * stopped before its after() hooks (Ctrl-C, or the test runner cancelling
+ * it) kills them by their handles and removes their directories, so that
+ * no server outlives its tests.
+ */
+const live = new Set();
+function killLive() {
+  for (const server of live) {
+    server.child.kill('SIGKILL');
+    rmSync(server.dir, { recursive: true, force: true });
+  }
+  live.clear();
+}
+process.once('exit', killLive);
+for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP']) {
+  process.once(signal, () => {
+    killLive();
+    process.exit(128 + ({ SIGINT: 2, SIGTERM: 15, SIGHUP: 1 })[signal]);
+  });
+}
+
+/**
  * Starts a redis-server. `module: false` starts one without the module;
  * `args` are further options (`['--cluster-enabled', 'yes']`).
  */
@@ -78,7 +100,8 @@ export async function startServer({ module = true, args = [] } = {}) {
     );
     let exited = false;
     const exit = new Promise((resolve) => child.once('exit', () => resolve((exited = true))));
-    const deadline = Date.now() + 10_000;
+    // A guard against a server that never answers, not a measure of speed.
+    const deadline = Date.now() + 30_000;
     while (!exited && Date.now() < deadline) {
       if (await ping(port)) return new Server(port, dir, child, exit);
       await sleep(20);
@@ -100,6 +123,7 @@ export class Server {
     this.dir = dir;
     this.child = child;
     this.exit = exit;
+    live.add(this);
   }
 
   /** A RESP2 node-redis connection for checks outside the code under test; close it with .close() (v5+) or .quit(). */
@@ -107,22 +131,25 @@ export class Server {
     return createClient({ url: this.url, RESP: 2 }).on('error', () => {}).connect();
   }
 
-  /** One command on a fresh connection: `await server.command('TYPE', 'k')`. */
+  /** One command on the server's own admin connection (opened on first use): `await server.command('TYPE', 'k')`. */
   async command(...args) {
-    const c = await this.admin();
-    try {
-      return await c.sendCommand(args.map(String));
-    } finally {
-      c.destroy();
-    }
+    this.connection ??= this.admin().catch((error) => {
+      this.connection = undefined;
+      throw error;
+    });
+    return (await this.connection).sendCommand(args.map(String));
   }
 
   async stop() {
+    live.delete(this);
     try {
       await this.command('SHUTDOWN', 'NOSAVE');
     } catch {
       // the connection closes as the server exits
     }
+    // No reconnection to a server that is gone.
+    await this.connection?.then((c) => c.destroy(), () => {});
+    this.connection = undefined;
     const killed = await Promise.race([this.exit.then(() => false), sleep(5000).then(() => true)]);
     if (killed) {
       this.child.kill('SIGKILL');
@@ -146,7 +173,7 @@ export async function startCluster(size = 3) {
       await node.command('CLUSTER', 'ADDSLOTSRANGE', i * per, Math.min(16383, (i + 1) * per - 1));
       if (i > 0) await node.command('CLUSTER', 'MEET', '127.0.0.1', nodes[0].port);
     }
-    const deadline = Date.now() + 20_000;
+    const deadline = Date.now() + 60_000; // a guard, not a measure of speed
     for (const node of nodes) {
       for (;;) {
         const info = await node.command('CLUSTER', 'INFO');

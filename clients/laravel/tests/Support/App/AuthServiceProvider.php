@@ -13,7 +13,7 @@ use Illuminate\Support\ServiceProvider;
  * The test app's guards. `web`, the default as in laravel/laravel, finds no
  * user on an API request (it has no session). `api` signs in the user whose
  * name is the bearer token (`Authorization: Bearer alice`), as a token guard
- * would.
+ * would. The `memory` user provider holds the login routes' users.
  */
 class AuthServiceProvider extends ServiceProvider
 {
@@ -24,5 +24,6 @@ class AuthServiceProvider extends ServiceProvider
             $name = $request->bearerToken();
             return $name === null ? null : new GenericUser(['id' => $name]);
         });
+        Auth::provider('memory', fn ($app, array $config) => new MemoryUserProvider($config['users'] ?? []));
     }
 }

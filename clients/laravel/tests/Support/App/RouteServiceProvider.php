@@ -15,7 +15,7 @@ use Illuminate\Support\Facades\Route;
  * routes/api.php (tag v8.6.12): the `api` limiter keyed by the user's id,
  * else the IP, and `/api/user` behind `auth:...`. Changed: 2 a minute
  * instead of 60, the `api` guard instead of Sanctum's, and the route answers
- * the user's id.
+ * the user's id. Added: the login routes of LoginController.
  */
 class RouteServiceProvider extends ServiceProvider
 {
@@ -31,6 +31,13 @@ class RouteServiceProvider extends ServiceProvider
                         return $request->user()->id;
                     });
                 });
+
+            // Logins (LoginController): locked out for 15 minutes after 5
+            // failures in 15 minutes; ThrottlesLogins' defaults (5 in a
+            // minute) on the package and on Laravel's RateLimiter.
+            Route::post('/login', [LoginController::class, 'login']);
+            Route::post('/login/no-lockout', [LoginController::class, 'login'])->defaults('lockout', 'none')->defaults('decay', '1');
+            Route::post('/login/laravel', [LoginController::class, 'login'])->defaults('limiter', 'laravel')->defaults('decay', '1');
         });
     }
 
