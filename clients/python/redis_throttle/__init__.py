@@ -8,11 +8,11 @@
   and their ``async+`` forms for limits, Flask-Limiter and SlowAPI.
 """
 
-from ._core import AllDecision, Decision, Spec, ThrottleModuleMissing
+from ._core import MAX_TALLY, AllDecision, Decision, Spec, ThrottleModuleMissing
 from .client import AsyncThrottle, Throttle
 from .concurrency import ConcurrencyLimitExceeded, Lease, LeaseDecision, LeaseLost
 
-__all__ = ["AllDecision", "AsyncThrottle", "Decision", "Spec", "Throttle", "ThrottleModuleMissing"]
+__all__ = ["MAX_TALLY", "AllDecision", "AsyncThrottle", "Decision", "Spec", "Throttle", "ThrottleModuleMissing"]
 __all__ += ["ConcurrencyLimitExceeded", "Lease", "LeaseDecision", "LeaseLost"]
 __version__ = "0.1.0"
 
