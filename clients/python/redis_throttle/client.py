@@ -139,15 +139,16 @@ class Throttle(_Commands):
     def acquire(self, key: Any, limit: int, lease: Period, block: Optional[Period] = None, *, id: Optional[Token] = None, at: Optional[At] = None) -> LeaseDecision:
         """THROTTLE.ACQUIRE: one of ``limit`` slots of ``key`` for ``lease``; admitted, the decision has its token."""
         check_block(self.client, key, block)
+        at = self._at(at)
         return self._run(acquire_command(key, limit, lease, block, id, at), acquire_parser(lease, id, at))
 
     def release(self, key: Any, token: Token, *, at: Optional[At] = None) -> bool:
         """THROTTLE.RELEASE: frees the token's slot; False when it held none (nothing changed)."""
-        return self._run(release_command(key, token, at), held)
+        return self._run(release_command(key, token, self._at(at)), held)
 
     def renew(self, key: Any, token: Token, lease: Period, *, at: Optional[At] = None) -> bool:
         """THROTTLE.RENEW: the token's lease now ends ``lease`` from now; False when it held none (nothing changed)."""
-        return self._run(renew_command(key, token, lease, at), held)
+        return self._run(renew_command(key, token, lease, self._at(at)), held)
 
     def concurrency(self, key: Any, limit: int, lease: Period, block: Optional[Period] = None, *, id: Optional[Token] = None, renew: Renew = False, on_lost: Optional[OnLost] = None) -> Concurrency:
         """``with throttle.concurrency(key, limit, lease) as lease:``: at most ``limit`` holders at once (see Concurrency)."""
@@ -213,13 +214,14 @@ class AsyncThrottle(_Commands):
 
     async def acquire(self, key: Any, limit: int, lease: Period, block: Optional[Period] = None, *, id: Optional[Token] = None, at: Optional[At] = None) -> LeaseDecision:
         check_block(self.client, key, block)
+        at = self._at(at)
         return await self._run(acquire_command(key, limit, lease, block, id, at), acquire_parser(lease, id, at))
 
     async def release(self, key: Any, token: Token, *, at: Optional[At] = None) -> bool:
-        return await self._run(release_command(key, token, at), held)
+        return await self._run(release_command(key, token, self._at(at)), held)
 
     async def renew(self, key: Any, token: Token, lease: Period, *, at: Optional[At] = None) -> bool:
-        return await self._run(renew_command(key, token, lease, at), held)
+        return await self._run(renew_command(key, token, lease, self._at(at)), held)
 
     def concurrency(self, key: Any, limit: int, lease: Period, block: Optional[Period] = None, *, id: Optional[Token] = None, renew: Renew = False, on_lost: Optional[OnLost] = None) -> AsyncConcurrency:
         """``async with throttle.concurrency(key, limit, lease) as lease:`` (see AsyncConcurrency)."""
