@@ -126,6 +126,19 @@ def test_renew_moves_the_end(throttle):
     assert throttle.acquire("k", 1, 10, at=T0 + 14)
 
 
+def test_a_clock_drives_the_lease_commands_too(server, r):
+    """Throttle(client, clock=...) sends the clock's time as AT on acquire, renew and release too."""
+    now = [T0]
+    throttle = Throttle(server.client(), clock=lambda: now[0])
+    lease = throttle.acquire("c", 1, 10)
+    assert lease.allowed and throttle.acquire("c", 1, 10).retry_after == 10.0
+    now[0] = T0 + 8
+    assert throttle.renew("c", lease.token, 10) is True
+    now[0] = T0 + 12
+    assert throttle.acquire("c", 1, 10).retry_after == 6.0  # renewed at T0 + 8 by the clock, not the server's
+    assert throttle.release("c", lease.token) is True
+
+
 def test_a_named_lease_renews_instead_of_taking_a_second_slot(throttle):
     first = throttle.acquire("k", 2, 30, id="worker-7", at=T0)
     assert first.token == "worker-7" and first.remaining == 1
