@@ -209,9 +209,9 @@ test-node-rlf: build
 	cd clients/node && THROTTLE_MODULE=$(abspath $(BUILT_SO)) THROTTLE_RLF_REPO=$(abspath $(RLF_REPO)) node --test test/rlf-suite.test.js
 
 # make test-rust-client  the Rust crate (clients/rust/, a workspace member):
-# its unit tests, doc examples and the axum example's build, then its
-# integration tests (the client, the tower layer in an axum app over real
-# HTTP, a three-node cluster), each on every server of THROTTLE_SERVERS,
+# its unit tests, doc examples and the examples' builds, then its
+# integration tests (the client, its leases, the tower layer in an axum app
+# over real HTTP, a three-node cluster), each on every server of THROTTLE_SERVERS,
 # against the freshly built module. The module's own `cargo test` runs
 # above, on the top-level package only.
 .PHONY: test-rust-client

@@ -668,7 +668,9 @@ fn holders(c: &mut redis::Connection, key: &str) -> Vec<String> {
 /// commands that a replay would decide again.
 #[test]
 fn the_aof_holds_lease_changes_not_calls() {
-    let server = Server::start_with(&["--appendonly", "yes"]);
+    // Every write reaches the file before the reply (everysec may hold a
+    // write back while a background fsync runs).
+    let server = Server::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
     let mut c = server.conn();
     wait_aof_rewrite_done(&mut c);
     acquire(&mut c, "THROTTLE.ACQUIRE a 2 1h");

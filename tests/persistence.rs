@@ -229,7 +229,9 @@ fn restart_from_rewritten_aof_without_preamble_keeps_every_type() {
 
 #[test]
 fn restart_replaying_aof_commands_keeps_every_type() {
-    let (mut server, _, specs, before) = server_with_keys(&["--appendonly", "yes"]);
+    // Every write reaches the file before the reply (everysec may hold a
+    // write back while a background fsync runs).
+    let (mut server, _, specs, before) = server_with_keys(&["--appendonly", "yes", "--appendfsync", "always"]);
     let (name, incr) = aof_file(server.dir.path(), "i");
     // Each change as its effect (the state and its expiry instant), and the
     // SLIDING EXACT log's changes as the calls, packed with their time.

@@ -74,8 +74,10 @@ for binary in "${servers[@]}"; do
   echo "== the package's tests on $(name "$binary")"
   only=()
   [ $first = 1 ] || only=(-m "not server_independent")
-  (cd "$package" && THROTTLE_REDIS_SERVER="$binary" "$python" -m pytest -p no:cacheprovider -q -rs "${only[@]}" tests) \
-    || status=1
+  # below limits' suites in priority: their assertions time real sleeps to a few hundredths of a second,
+  # where the package's own tests bracket every time they check
+  (cd "$package" && THROTTLE_REDIS_SERVER="$binary" nice -n 10 "$python" -m pytest -p no:cacheprovider -q -rs \
+     "${only[@]}" tests) || status=1
   first=0
 done
 
@@ -86,7 +88,9 @@ for i in "${!servers[@]}"; do
   log="$logs/limits-$(name "$binary").log"
   echo "== limits' own storage tests on $(name "$binary")"
   if wait "${pids[$i]}"; then
-    sed -n '/short test summary info/,$p' "$log"
+    # the reruns of tests limits marks flaky, then its summary (skips) if it has one, else its count
+    grep -o 'rerun: .*' "$log" || true
+    sed -n '/short test summary info/,$p' "$log" | grep . || tail -n 1 "$log"
   else
     status=1
     cat "$log"
