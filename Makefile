@@ -199,10 +199,21 @@ test-node: build servers
 	cd clients/node && npm run build
 	cd clients/node && THROTTLE_MODULE=$(abspath $(BUILT_SO)) npm test
 
+# make test-node-rlf RLF_REPO=dir  rate-limiter-flexible's own RateLimiterRedis
+# tests (mocha, from its repository: the npm package ships none) against the
+# package's RateLimiterThrottle, on Redis 7.0. RLF_REPO is a checkout of the
+# repository at the tag of the installed release; the cases that cannot pass
+# are listed in clients/node/README.md and test/rlf-suite.test.js.
+.PHONY: test-node-rlf
+test-node-rlf: build
+	@test -n "$(RLF_REPO)" || { echo "make test-node-rlf needs RLF_REPO=<a checkout of rate-limiter-flexible at the installed release's tag>"; exit 1; }
+	cd clients/node && npm ci --no-audit --no-fund --loglevel=error && npm run build
+	cd clients/node && THROTTLE_MODULE=$(abspath $(BUILT_SO)) THROTTLE_RLF_REPO=$(abspath $(RLF_REPO)) node --test test/rlf-suite.test.js
+
 # make test-rust-client  the Rust crate (clients/rust/, a workspace member):
-# its unit tests, doc examples and the axum example's build, then its
-# integration tests (the client, the tower layer in an axum app over real
-# HTTP, a three-node cluster), each on every server of THROTTLE_SERVERS,
+# its unit tests, doc examples and the examples' builds, then its
+# integration tests (the client, its leases, the tower layer in an axum app
+# over real HTTP, a three-node cluster), each on every server of THROTTLE_SERVERS,
 # against the freshly built module. The module's own `cargo test` runs
 # above, on the top-level package only.
 .PHONY: test-rust-client

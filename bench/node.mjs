@@ -8,7 +8,10 @@
 // SECONDS per round; the rounds alternate between the stores and the median
 // of ROUNDS is kept. Reports requests per second, the CPU time per request
 // of redis-server and of the app (from /proc), and the Redis commands per
-// request (INFO commandstats, script-run commands included).
+// request (INFO commandstats, script-run commands included). Then the
+// penalties: fastify with ban and with continueExceeding, and
+// rate-limiter-flexible's consume with blockDuration (RateLimiterRedis
+// against RateLimiterThrottle), where most requests are refused.
 //
 //   node bench/node.mjs path/to/libredis_throttle.so [bench/node.md]
 //
@@ -31,7 +34,18 @@ const CONFIGS = {
   'express:redis-throttle': { framework: 'express', store: '**redis-throttle ExpressStore**' },
   'fastify:builtin': { framework: 'fastify', store: 'the plugin\'s Redis store (Lua via ioredis)' },
   'fastify:redis-throttle': { framework: 'fastify', store: '**redis-throttle createFastifyStore**' },
+  // Penalties: PENALTY_LIMIT an hour per client key, so that most requests
+  // are refused and the refused ones count (ban), restart the window
+  // (continueExceeding) or start a block (blockDuration).
+  'fastify-ban:builtin': { framework: 'fastify, ban: 10', store: "the plugin's Redis store", penalty: true },
+  'fastify-ban:redis-throttle': { framework: 'fastify, ban: 10', store: '**createFastifyStore** (TALLY)', penalty: true },
+  'fastify-ce:builtin': { framework: 'fastify, continueExceeding', store: "the plugin's Redis store", penalty: true },
+  'fastify-ce:redis-throttle': { framework: 'fastify, continueExceeding', store: '**createFastifyStore** (BAN RENEW)', penalty: true },
+  'rlf:redis': { framework: 'rate-limiter-flexible, blockDuration', store: 'RateLimiterRedis (Lua via ioredis)', penalty: true },
+  'rlf:redis-throttle': { framework: 'rate-limiter-flexible, blockDuration', store: '**RateLimiterThrottle** (BAN)', penalty: true },
 };
+/** The penalty rows' limit per client key and hour. */
+const PENALTY_LIMIT = 20;
 
 /** The app process: `node bench/node.mjs serve <config> <redis port>`; prints its port when listening. */
 async function serve(config, redisPort) {
@@ -42,7 +56,23 @@ async function serve(config, redisPort) {
   const windowMs = 3_600_000;
   const limit = 1_000_000_000; // every request admitted: the cost of a decision, not of a refusal
   let server;
-  if (config.startsWith('express')) {
+  if (config.startsWith('rlf')) {
+    const Redis = require('ioredis');
+    const redis = new Redis({ port: redisPort, host: '127.0.0.1' });
+    const options = { storeClient: redis, points: PENALTY_LIMIT, duration: 3600, blockDuration: 600 };
+    const limiter = config === 'rlf:redis'
+      ? new (require('rate-limiter-flexible').RateLimiterRedis)({ ...options, keyPrefix: 'bench:rlf' })
+      : new throttle.RateLimiterThrottle({ ...options, keyPrefix: 'bench:rlf-throttle' });
+    server = http.createServer((req, res) => {
+      limiter.consume(keyOf(req.headers)).then(
+        () => res.end('ok'),
+        (rejected) => {
+          res.statusCode = rejected instanceof Error ? 500 : 429;
+          res.end();
+        },
+      );
+    });
+  } else if (config.startsWith('express')) {
     const express = require('express');
     const { rateLimit } = require('express-rate-limit');
     const redis = await require('redis').createClient({ url: `redis://127.0.0.1:${redisPort}` }).connect();
@@ -59,10 +89,13 @@ async function serve(config, redisPort) {
     const Redis = require('ioredis');
     const redis = new Redis({ port: redisPort, host: '127.0.0.1' });
     const app = Fastify();
-    const storeOptions = config === 'fastify:builtin'
-      ? { redis, nameSpace: 'bench:frl:' }
-      : { store: throttle.createFastifyStore(redis, { prefix: 'bench:throttle-f:' }) };
-    await app.register(require('@fastify/rate-limit'), { max: limit, timeWindow: windowMs, keyGenerator: (req) => keyOf(req.headers), ...storeOptions });
+    const [kind, store] = config.split(':');
+    const storeOptions = store === 'builtin'
+      ? { redis, nameSpace: `bench:${kind}:` }
+      : { store: throttle.createFastifyStore(redis, { prefix: `bench:throttle-${kind}:` }) };
+    const penalty = kind === 'fastify-ban' ? { ban: 10 } : kind === 'fastify-ce' ? { continueExceeding: true } : {};
+    const max = kind === 'fastify' ? limit : PENALTY_LIMIT;
+    await app.register(require('@fastify/rate-limit'), { max, timeWindow: windowMs, keyGenerator: (req) => keyOf(req.headers), ...penalty, ...storeOptions });
     app.get('/', async () => 'ok');
     await app.ready();
     server = app.server;
@@ -79,7 +112,7 @@ function cpuMicros(pid) {
 }
 
 /** CONCURRENCY keep-alive connections asking GET / for `seconds`; resolves to { ok, other }. */
-async function load(port, seconds) {
+async function load(port, seconds, accepted = [200]) {
   const agent = new http.Agent({ keepAlive: true, maxSockets: CONCURRENCY });
   const deadline = Date.now() + seconds * 1000;
   let ok = 0;
@@ -89,7 +122,7 @@ async function load(port, seconds) {
     const req = http.get({ host: '127.0.0.1', port, path: '/', agent, headers: { 'x-client': String(n++ % KEYS) } }, (res) => {
       res.resume();
       res.on('end', () => {
-        if (res.statusCode === 200) ok++;
+        if (accepted.includes(res.statusCode)) ok++;
         else other++;
         resolve();
       });
@@ -118,12 +151,13 @@ async function measure(server, redisPid, config) {
     child.once('exit', (code) => reject(new Error(`${config} exited with ${code}`)));
   });
   try {
-    await load(port, 1); // warm-up: connections, JIT, keys
+    const accepted = CONFIGS[config].penalty ? [200, 403, 429] : [200];
+    await load(port, 1, accepted); // warm-up: connections, JIT, keys
     const before = { redis: cpuMicros(redisPid), app: cpuMicros(child.pid), calls: await commandCalls(server), t: process.hrtime.bigint() };
-    const { ok, other } = await load(port, SECONDS);
+    const { ok, other } = await load(port, SECONDS, accepted);
     const elapsed = Number(process.hrtime.bigint() - before.t) / 1e9;
     const requests = ok + other;
-    if (other > 0) throw new Error(`${config}: ${other} requests were not answered 200`);
+    if (other > 0) throw new Error(`${config}: ${other} requests were not answered ${accepted.join(' or ')}`);
     return {
       rps: requests / elapsed,
       redisUs: (cpuMicros(redisPid) - before.redis) / requests,
@@ -165,11 +199,11 @@ async function main() {
     await server.stop();
   }
   const load2 = readFileSync('/proc/loadavg', 'utf8').split(' ')[0];
-  const versions = Object.fromEntries(['express', 'express-rate-limit', 'rate-limit-redis', 'fastify', '@fastify/rate-limit', 'redis', 'ioredis'].map((p) =>
+  const versions = Object.fromEntries(['express', 'express-rate-limit', 'rate-limit-redis', 'fastify', '@fastify/rate-limit', 'redis', 'ioredis', 'rate-limiter-flexible'].map((p) =>
     [p, JSON.parse(readFileSync(path.join(nodeDir, 'node_modules', p, 'package.json'), 'utf8')).version]));
   const redisVersion = execFileSync('redis-server', ['--version'], { encoding: 'utf8' }).match(/v=(\S+)/)[1];
   const rows = [];
-  for (const framework of ['express', 'fastify']) {
+  for (const framework of [...new Set(Object.values(CONFIGS).map((c) => c.framework))]) {
     const configs = Object.keys(CONFIGS).filter((c) => CONFIGS[c].framework === framework);
     const [usual, ours] = configs.map((c) => ({
       rps: median(results[c].map((r) => r.rps)),
@@ -194,10 +228,14 @@ Written by \`make bench\` (\`bench/node.mjs\`), run started ${started.toISOStrin
 load ${load1}–${load2}, on Redis ${redisVersion} with the module, Node ${process.version}:
 express ${versions.express} with express-rate-limit ${versions['express-rate-limit']}
 (rate-limit-redis ${versions['rate-limit-redis']}, node-redis ${versions.redis}), fastify ${versions.fastify}
-with @fastify/rate-limit ${versions['@fastify/rate-limit']} (ioredis ${versions.ioredis}).
+with @fastify/rate-limit ${versions['@fastify/rate-limit']} (ioredis ${versions.ioredis}),
+rate-limiter-flexible ${versions['rate-limiter-flexible']} (ioredis ${versions.ioredis}) behind node:http.
 
 Each app runs in its own process; ${CONCURRENCY} keep-alive connections over 1000 client
-keys, every request admitted (limit 10^9 an hour); ${SECONDS} s per round after a 1 s
+keys. The first two pairs admit every request (limit 10^9 an hour); the
+penalty pairs allow ${PENALTY_LIMIT} an hour per key, so most requests are refused
+(403 past max + 10 for ban; for continueExceeding each refusal restarts the
+hour; blockDuration blocks a key for 10 minutes). ${SECONDS} s per round after a 1 s
 warm-up, the stores alternating, median of ${ROUNDS} rounds. CPU time from /proc
 (redis-server's and the app's, user + system); Redis commands from INFO commandstats,
 which counts the commands a script runs too. The load generator shares the

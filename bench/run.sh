@@ -7,8 +7,10 @@
 # measurements it keeps in bench/e2e-<server>.json), and one side-by-side
 # table per server on stdout; then a ban check against an ordinary call
 # (bench/penalties.md), the Python and Node packages through their
-# frameworks (bench/python-frameworks.md, bench/node.md), and the Rust
-# tower layer in axum (bench/rust-layer.md).
+# frameworks (bench/python-frameworks.md, bench/django.md, bench/node.md),
+# the Rust tower layer in axum (bench/rust-layer.md), and the funnel: a
+# concurrency limit through THROTTLE.ACQUIRE BLOCK against Laravel's
+# ConcurrencyLimiter and redis-semaphore (bench/funnel.md).
 #
 # Honours CARGO_TARGET_DIR (default target/) to find the module and the
 # criterion results, CARGO (default cargo), BENCH_CELL (a redis-cell build
@@ -70,8 +72,13 @@ echo "== a banned key's call against an ordinary one (bench/profile.sh)" >&2
 # The packages through their frameworks, each against the store users have.
 echo "== Flask-Limiter and SlowAPI, redis:// against throttle:// (bench/python_frameworks.py)" >&2
 python3 bench/python_frameworks.py "$module" bench/python-frameworks.md
+echo "== Django REST framework, its cache throttle against redis_throttle.django's (bench/django_drf.py)" >&2
+python3 bench/django_drf.py "$module" bench/django.md
 echo "== express and fastify, their usual Redis stores against redis-throttle's (bench/node.mjs)" >&2
 node bench/node.mjs "$module" bench/node.md
 echo "== axum: tower_governor, INCR+EXPIRE and the redis-throttle tower layer (bench/rust-layer)" >&2
 (cd bench/rust-layer && "$cargo" build --release --quiet)
 bench/rust-layer/target/release/rust-layer-bench "$(realpath "$module")" bench/rust-layer.md
+echo "== the funnel: THROTTLE.ACQUIRE BLOCK, Laravel's ConcurrencyLimiter and redis-semaphore (bench/funnel)" >&2
+(cd bench/funnel && npm ci --no-audit --no-fund --loglevel=error)
+node bench/funnel/funnel.mjs "$module" bench/funnel.md

@@ -11,6 +11,8 @@
 
 mod common;
 
+use std::time::Instant;
+
 use common::{call, error, throttle, Reply, Server};
 
 /// Seconds and milliseconds in µs.
@@ -50,19 +52,21 @@ fn pttl(c: &mut redis::Connection, key: &str) -> i64 {
     call(c, &format!("PTTL {key}")).unwrap()
 }
 
-/// How far apart a PTTL and a reset_after read by two calls may be: the
-/// calls' latency (much longer when the server runs under valgrind).
-fn ttl_slack_ms() -> i64 {
-    50 * i64::from(common::slowdown())
+/// The real time since `then`, in whole ms rounded up: how far a PTTL
+/// read now can have run down since a call made after `then`.
+fn ms_since(then: Instant) -> i64 {
+    then.elapsed().as_micros().div_ceil(1000) as i64
 }
 
-/// The key's PTTL is its reset_after, give or take the real time since the
-/// call that set it.
-fn assert_ttl_is_reset(c: &mut redis::Connection, key: &str, reset_after: i64, context: &str) {
+/// The key's PTTL is the reset_after of the call that set it, made after
+/// `called`: never more, and less by no more than the time since then, as
+/// measured here (1 ms more for the rounding to ms).
+fn assert_ttl_is_reset(c: &mut redis::Connection, key: &str, reset_after: i64, called: Instant, context: &str) {
     let ttl = pttl(c, key);
+    let since = ms_since(called) + 1;
     assert!(
-        (reset_after - ttl_slack_ms()..=reset_after).contains(&ttl),
-        "{context}: PTTL {ttl} should equal reset_after {reset_after}"
+        (reset_after - since..=reset_after).contains(&ttl),
+        "{context}: PTTL {ttl} should equal reset_after {reset_after} ({since} ms after the call)"
     );
 }
 
@@ -100,10 +104,11 @@ fn run_script(c: &mut redis::Connection, head: &str, tail: &str, steps: &[Step])
     let key = head.split(' ').nth(1).unwrap().to_string();
     for (i, &(offset, cost, want)) in steps.iter().enumerate() {
         let line = format!("{head} COST {cost} AT {}{tail}", T0 + offset);
+        let called = Instant::now();
         let got = throttle(c, &line);
         assert_eq!(got, want, "step {i}: {line}");
         if got.0 == 1 && cost > 0 {
-            assert_ttl_is_reset(c, &key, got.4, &format!("step {i}: {line}"));
+            assert_ttl_is_reset(c, &key, got.4, called, &format!("step {i}: {line}"));
         }
     }
 }
@@ -714,22 +719,27 @@ fn ttl_equals_reset_after() {
         let key = format!("k{i}");
         let head = format!("{cmd} {key} 3 1h");
         let steps: &[(i64, bool)] = &[(1, true), (0, true), (1, true), (3, false), (1, true), (1, false), (0, true)];
+        // Taken before the AT of the last call that set the TTL is read.
+        let mut ttl_set = Instant::now();
         for &(cost, allowed) in steps {
+            let called = Instant::now();
             let line = format!("{head} COST {cost} AT {}{extra}", now_us());
             let reply = throttle(&mut c, &line);
             assert_eq!(reply.0, i64::from(allowed), "{line}");
             assert!(reply.4 > 0, "{line}: {reply:?}");
             if allowed && cost > 0 {
-                assert_ttl_is_reset(&mut c, &key, reply.4, &line);
+                ttl_set = called;
+                assert_ttl_is_reset(&mut c, &key, reply.4, called, &line);
             } else {
                 // The TTL was set by an earlier call, relative to when the
                 // server ran it; this reply is relative to this call's AT,
-                // read on the client. They differ by the two calls'
-                // latencies at most.
+                // read on the client. They differ by no more than the time
+                // since that earlier call, as measured here.
                 let ttl = pttl(&mut c, &key);
+                let since = ms_since(ttl_set) + 1;
                 assert!(
-                    (ttl - reply.4).abs() <= ttl_slack_ms(),
-                    "{line}: PTTL {ttl} should equal reset_after {}",
+                    (ttl - reply.4).abs() <= since,
+                    "{line}: PTTL {ttl} should equal reset_after {} ({since} ms after the TTL was set)",
                     reply.4
                 );
             }
@@ -738,15 +748,22 @@ fn ttl_equals_reset_after() {
         let line = format!("{head} COST 0{extra}");
         let reply = throttle(&mut c, &line);
         let ttl = pttl(&mut c, &key);
-        assert!((ttl - reply.4).abs() <= ttl_slack_ms(), "{line}: PTTL {ttl} should equal reset_after {}", reply.4);
+        let since = ms_since(ttl_set) + 1;
+        assert!(
+            (ttl - reply.4).abs() <= since,
+            "{line}: PTTL {ttl} should equal reset_after {} ({since} ms after the TTL was set)",
+            reply.4
+        );
     }
     // Without AT the server's clock is the time: a fresh FIXED window is a
-    // full period, and a second call sees the same window.
+    // full period, and a second call sees the same window, less the time
+    // since it opened, as measured here.
+    let opened = Instant::now();
     let fresh = throttle(&mut c, "THROTTLE.FIXED clock 2 1h");
     assert_eq!(fresh, (1, 2, 1, 0, 3_600_000));
     let second = throttle(&mut c, &format!("THROTTLE.FIXED clock 2 1h AT {}", now_us()));
     assert_eq!((second.0, second.2), (1, 0));
-    assert!((3_599_900..=3_600_000).contains(&second.4), "{second:?}");
+    assert!((3_600_000 - ms_since(opened) - 1..=3_600_000).contains(&second.4), "{second:?}");
 }
 
 // ---------------------------------------------------------------------------

@@ -632,10 +632,8 @@ fn replica_and_aof_hold_the_masters_leases_after_a_workload() {
     }
     sync(&mut c);
     let mut r = open(&replica.url());
-    for ttls in common::same_values_on_replica(&mut c, &mut r) {
-        let (m, r) = (ttls.on_master, ttls.on_replica);
-        assert!((m - r).abs() <= 50, "{}: PTTL {m} on the master, {r} on the replica", ttls.name);
-    }
+    // Same values, expiring at the same instants.
+    common::same_values_on_replica(&mut c, &mut r);
     let keys: Vec<String> = call(&mut c, "KEYS *").expect("KEYS");
     assert!(keys.len() >= 6, "the workload left keys: {keys:?}");
     let before: Vec<(String, String)> = keys.iter().map(|k| (k.clone(), digest(&mut c, k))).collect();
@@ -670,7 +668,9 @@ fn holders(c: &mut redis::Connection, key: &str) -> Vec<String> {
 /// commands that a replay would decide again.
 #[test]
 fn the_aof_holds_lease_changes_not_calls() {
-    let server = Server::start_with(&["--appendonly", "yes"]);
+    // Every write reaches the file before the reply (everysec may hold a
+    // write back while a background fsync runs).
+    let server = Server::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
     let mut c = server.conn();
     wait_aof_rewrite_done(&mut c);
     acquire(&mut c, "THROTTLE.ACQUIRE a 2 1h");

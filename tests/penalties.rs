@@ -219,13 +219,13 @@ fn penalties_reach_the_replica_and_the_aof_exactly() {
     sync(&mut m);
     let ttls = same_values_on_replica(&mut m, &mut r);
     assert!(ttls.len() >= 20, "{} keys", ttls.len());
-    let banned: Vec<String> = ttls.iter().map(|k| k.name.clone()).collect();
-    let before: Vec<String> = banned.iter().map(|k| digest(&mut m, k)).collect();
+    let keys: Vec<String> = ttls.iter().map(|(name, _)| name.clone()).collect();
+    let before: Vec<String> = keys.iter().map(|k| digest(&mut m, k)).collect();
     let _: String = call(&mut m, "DEBUG LOADAOF").expect("DEBUG LOADAOF");
-    let after: Vec<String> = banned.iter().map(|k| digest(&mut m, k)).collect();
+    let after: Vec<String> = keys.iter().map(|k| digest(&mut m, k)).collect();
     assert_eq!(before, after, "values after reloading the AOF");
     let with_bans =
-        banned.iter().filter(|k| map(&mut m, &format!("THROTTLE.INFO {k} AT {T}")).contains_key("banned")).count();
+        keys.iter().filter(|k| map(&mut m, &format!("THROTTLE.INFO {k} AT {T}")).contains_key("banned")).count();
     assert!(with_bans > 5, "{with_bans} keys hold a ban");
 }
 

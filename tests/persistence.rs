@@ -18,13 +18,13 @@ struct Spec {
     peek: String,
 }
 
-/// What a key looked like at one instant.
+/// What a key looked like at one instant: its type, value, the instant
+/// (Unix ms) it expires at, and what a peek answers.
 struct Snapshot {
     kind: String,
     digest: String,
-    pttl: i64,
+    expire_at: i64,
     peek: Reply,
-    taken: Instant,
 }
 
 const HOUR: &str = "1h";
@@ -67,41 +67,38 @@ fn populate(c: &mut redis::Connection, suffix: &str) -> Vec<Spec> {
 fn snapshot(c: &mut redis::Connection, key: &str, peek: &str) -> Snapshot {
     let kind: String = call(c, &format!("TYPE {key}")).expect("TYPE");
     let digest = digest(c, key);
-    let pttl: i64 = call(c, &format!("PTTL {key}")).expect("PTTL");
-    let taken = Instant::now();
-    Snapshot { kind, digest, pttl, peek: throttle(c, peek), taken }
+    let expire_at: i64 = call(c, &format!("PEXPIRETIME {key}")).expect("PEXPIRETIME");
+    Snapshot { kind, digest, expire_at, peek: throttle(c, peek) }
 }
 
-fn snapshots(c: &mut redis::Connection, specs: &[Spec]) -> Vec<Snapshot> {
+/// The snapshots of the keys [`populate`] made from `populated` (Unix ms,
+/// read before): each expires an hour or more after that.
+fn snapshots(c: &mut redis::Connection, specs: &[Spec], populated: i64) -> Vec<Snapshot> {
     specs
         .iter()
         .map(|s| {
             let snap = snapshot(c, &s.key, &s.peek);
             assert_eq!(snap.kind, s.kind, "{}", s.key);
-            assert!(snap.pttl > 3_000_000, "{}: PTTL {}", s.key, snap.pttl);
+            assert!(snap.expire_at > populated + 3_000_000, "{}: expires at {}", s.key, snap.expire_at);
             snap
         })
         .collect()
 }
 
-/// The key `key` holds what `before` recorded for `original`, its TTL
-/// having run down by the time passed since (within `tolerance_ms`).
-fn assert_same(c: &mut redis::Connection, what: &str, key: &str, peek: &str, before: &Snapshot, tolerance_ms: i64) {
+/// The key `key` holds what `before` recorded for the original: the same
+/// type, value and peek, and it expires at the same instant (what the
+/// server keeps is that instant, not a TTL).
+fn assert_same(c: &mut redis::Connection, what: &str, key: &str, peek: &str, before: &Snapshot) {
     let now = snapshot(c, key, peek);
     assert_eq!(now.kind, before.kind, "{what}: type of {key}");
     assert_eq!(now.digest, before.digest, "{what}: digest of {key}");
     assert_eq!(now.peek, before.peek, "{what}: peek of {key}");
-    let expected = before.pttl - now.taken.duration_since(before.taken).as_millis() as i64;
-    assert!(
-        (now.pttl - expected).abs() <= tolerance_ms,
-        "{what}: PTTL of {key} is {} ms, expected {expected} ± {tolerance_ms}",
-        now.pttl
-    );
+    assert_eq!(now.expire_at, before.expire_at, "{what}: the instant {key} expires at");
 }
 
-fn assert_all_same(c: &mut redis::Connection, what: &str, specs: &[Spec], before: &[Snapshot], tolerance_ms: i64) {
+fn assert_all_same(c: &mut redis::Connection, what: &str, specs: &[Spec], before: &[Snapshot]) {
     for (spec, snap) in specs.iter().zip(before) {
-        assert_same(c, what, &spec.key, &spec.peek, snap, tolerance_ms);
+        assert_same(c, what, &spec.key, &spec.peek, snap);
     }
     let size: i64 = call(c, "DBSIZE").expect("DBSIZE");
     assert_eq!(size, specs.len() as i64, "{what}: DBSIZE");
@@ -128,13 +125,35 @@ fn aof_file(dir: &Path, kind: &str) -> (String, Vec<u8>) {
     (name, bytes)
 }
 
+/// The RDB version an RDB file's header names: `REDIS` and four digits
+/// (Redis; Valkey before 9), or `VALKEY` and three (Valkey 9: RDB 80 and
+/// later). None for anything else.
+fn rdb_file_version(file: &[u8]) -> Option<u16> {
+    let (digits, rest) = if let Some(rest) = file.strip_prefix(b"REDIS") {
+        (4, rest)
+    } else if let Some(rest) = file.strip_prefix(b"VALKEY") {
+        (3, rest)
+    } else {
+        return None;
+    };
+    let digits = rest.get(..digits)?;
+    if !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(digits).ok()?.parse().ok()
+}
+
+/// The RDB version this server writes: the two bytes before the CRC that
+/// end a DUMP payload.
+fn server_rdb_version(c: &mut redis::Connection, key: &str) -> u16 {
+    let payload: Vec<u8> = redis::cmd("DUMP").arg(key).query(c).expect("DUMP");
+    let at = payload.len().checked_sub(10).unwrap_or_else(|| panic!("a DUMP payload: {payload:?}"));
+    u16::from_le_bytes([payload[at], payload[at + 1]])
+}
+
 fn contains(haystack: &[u8], needle: &str) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle.as_bytes())
 }
-
-/// A restart's TTLs are absolute (RDB, AOF rewrite with PEXPIREAT): only
-/// scheduling noise separates them.
-const TTL_TOLERANCE_MS: i64 = 100;
 
 /// A server started with `extra` holding the keys of [`populate`] (after
 /// the first AOF rewrite, when AOF is on), with their snapshots.
@@ -142,8 +161,9 @@ fn server_with_keys(extra: &[&str]) -> (Server, redis::Connection, Vec<Spec>, Ve
     let server = Server::start_with(extra);
     let mut c = server.conn();
     wait_aof_rewrite_done(&mut c);
+    let populated = (now_us() / 1000) as i64;
     let specs = populate(&mut c, "");
-    let before = snapshots(&mut c, &specs);
+    let before = snapshots(&mut c, &specs, populated);
     (server, c, specs, before)
 }
 
@@ -158,7 +178,7 @@ fn debug_reload_keeps_every_type() {
     let (_server, mut c, specs, before) = server_with_keys(&[]);
     let ok: String = call(&mut c, "DEBUG RELOAD").expect("DEBUG RELOAD");
     assert_eq!(ok, "OK");
-    assert_all_same(&mut c, "DEBUG RELOAD", &specs, &before, TTL_TOLERANCE_MS);
+    assert_all_same(&mut c, "DEBUG RELOAD", &specs, &before);
 }
 
 #[test]
@@ -167,7 +187,7 @@ fn restart_from_rdb_keeps_every_type() {
     server.restart("SAVE");
     assert!(server.dir.path().join("dump.rdb").exists());
     let mut c = server.conn();
-    assert_all_same(&mut c, "RDB restart", &specs, &before, TTL_TOLERANCE_MS);
+    assert_all_same(&mut c, "RDB restart", &specs, &before);
 }
 
 #[test]
@@ -175,12 +195,19 @@ fn restart_from_aof_with_rdb_preamble_keeps_every_type() {
     let (mut server, mut c, specs, before) = server_with_keys(&["--appendonly", "yes"]);
     rewrite_aof(&mut c);
     let (name, base) = aof_file(server.dir.path(), "b");
-    assert!(name.ends_with(".rdb") && base.starts_with(b"REDIS"), "the base {name} is an RDB");
+    let version = server_rdb_version(&mut c, &specs[0].key);
+    let head = String::from_utf8_lossy(&base[..base.len().min(9)]).into_owned();
+    assert!(name.ends_with(".rdb"), "the base {name} is an RDB");
+    assert_eq!(
+        rdb_file_version(&base),
+        Some(version),
+        "the base {name} starts {head:?}: not an RDB of version {version}"
+    );
     assert!(!contains(&base, "THROTTLE._LOAD"), "{name} holds the values in RDB form");
     server.restart("NOSAVE");
     assert!(!server.dir.path().join("dump.rdb").exists(), "loaded from the AOF, not an RDB");
     let mut c = server.conn();
-    assert_all_same(&mut c, "AOF (RDB preamble) restart", &specs, &before, TTL_TOLERANCE_MS);
+    assert_all_same(&mut c, "AOF (RDB preamble) restart", &specs, &before);
 }
 
 #[test]
@@ -197,12 +224,14 @@ fn restart_from_rewritten_aof_without_preamble_keeps_every_type() {
     assert!(!contains(&base, "THROTTLE.FIXED"), "{name} holds the rewritten form only");
     server.restart("NOSAVE");
     let mut c = server.conn();
-    assert_all_same(&mut c, "AOF (THROTTLE._LOAD) restart", &specs, &before, TTL_TOLERANCE_MS);
+    assert_all_same(&mut c, "AOF (THROTTLE._LOAD) restart", &specs, &before);
 }
 
 #[test]
 fn restart_replaying_aof_commands_keeps_every_type() {
-    let (mut server, _, specs, before) = server_with_keys(&["--appendonly", "yes"]);
+    // Every write reaches the file before the reply (everysec may hold a
+    // write back while a background fsync runs).
+    let (mut server, _, specs, before) = server_with_keys(&["--appendonly", "yes", "--appendfsync", "always"]);
     let (name, incr) = aof_file(server.dir.path(), "i");
     // Each change as its effect (the state and its expiry instant), and the
     // SLIDING EXACT log's changes as the calls, packed with their time.
@@ -214,11 +243,9 @@ fn restart_replaying_aof_commands_keeps_every_type() {
     }
     server.restart("NOSAVE");
     let mut c = server.conn();
-    // Replaying sets each state exactly, or recomputes it at its AT. The
-    // TTLs may come out late by the downtime where the replay runs after
-    // the instant they ended (it keeps such keys a moment).
-    let downtime_ms = before[0].taken.elapsed().as_millis() as i64;
-    assert_all_same(&mut c, "AOF (commands) restart", &specs, &before, TTL_TOLERANCE_MS + downtime_ms);
+    // Replaying sets each state exactly, or recomputes it at its AT, with
+    // the instant it expires at that the master set.
+    assert_all_same(&mut c, "AOF (commands) restart", &specs, &before);
 }
 
 #[test]
@@ -230,33 +257,36 @@ fn copy_rename_and_dump_restore_keep_the_value() {
 
         let copied: i64 = call(&mut c, &format!("COPY {key} {key}-copy")).expect("COPY");
         assert_eq!(copied, 1);
-        assert_same(&mut c, "COPY", &format!("{key}-copy"), &on(&format!("{key}-copy")), snap, TTL_TOLERANCE_MS);
+        assert_same(&mut c, "COPY", &format!("{key}-copy"), &on(&format!("{key}-copy")), snap);
 
+        // RESTORE takes the instant the original expires at (ABSTTL).
         let payload: Vec<u8> = redis::cmd("DUMP").arg(key).query(&mut c).expect("DUMP");
-        let pttl: i64 = call(&mut c, &format!("PTTL {key}")).expect("PTTL");
+        let at = snap.expire_at;
         let restored = format!("{key}-restored");
-        let ok: String = redis::cmd("RESTORE").arg(&restored).arg(pttl).arg(&payload).query(&mut c).expect("RESTORE");
+        let ok: String =
+            redis::cmd("RESTORE").arg(&restored).arg(at).arg(&payload).arg("ABSTTL").query(&mut c).expect("RESTORE");
         assert_eq!(ok, "OK");
-        assert_same(&mut c, "DUMP/RESTORE", &restored, &on(&restored), snap, TTL_TOLERANCE_MS);
+        assert_same(&mut c, "DUMP/RESTORE", &restored, &on(&restored), snap);
         // RESTORE refuses an existing key unless told to replace it.
         let busy: redis::RedisResult<String> = redis::cmd("RESTORE").arg(&restored).arg(0).arg(&payload).query(&mut c);
         assert!(busy.is_err_and(|e| e.to_string().contains("BUSYKEY")));
         let ok: String = redis::cmd("RESTORE")
             .arg(&restored)
-            .arg(pttl)
+            .arg(at)
             .arg(&payload)
             .arg("REPLACE")
+            .arg("ABSTTL")
             .query(&mut c)
             .expect("RESTORE REPLACE");
         assert_eq!(ok, "OK");
-        assert_same(&mut c, "RESTORE REPLACE", &restored, &on(&restored), snap, TTL_TOLERANCE_MS);
+        assert_same(&mut c, "RESTORE REPLACE", &restored, &on(&restored), snap);
 
         let renamed = format!("{key}-renamed");
         let ok: String = call(&mut c, &format!("RENAME {key} {renamed}")).expect("RENAME");
         assert_eq!(ok, "OK");
         let gone: i64 = call(&mut c, &format!("EXISTS {key}")).expect("EXISTS");
         assert_eq!(gone, 0);
-        assert_same(&mut c, "RENAME", &renamed, &on(&renamed), snap, TTL_TOLERANCE_MS);
+        assert_same(&mut c, "RENAME", &renamed, &on(&renamed), snap);
         // The copy is independent of the original: using it changes only it.
         throttle(&mut c, &on(&format!("{key}-copy")).replace("COST 0", "COST 1"));
         assert_eq!(digest(&mut c, &renamed), snap.digest);
@@ -295,7 +325,7 @@ fn aof_replay_keeps_absolute_expiry() {
     common::wait_until("a measurable downtime", Duration::from_secs(5), || Instant::now() >= pause);
     server.restart("NOSAVE");
     let mut c = server.conn();
-    assert_all_same(&mut c, "AOF (commands) restart after a pause", &specs, &before, TTL_TOLERANCE_MS);
+    assert_all_same(&mut c, "AOF (commands) restart after a pause", &specs, &before);
 }
 
 /// `THROTTLE._SET` as earlier versions wrote it into AOF files, with the

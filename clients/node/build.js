@@ -22,3 +22,9 @@ for (const project of ['tsconfig.json', 'tsconfig.cjs.json']) {
   execFileSync(process.execPath, [tsc, '-p', project], { stdio: 'inherit' });
 }
 writeFileSync('dist/cjs/package.json', '{ "type": "commonjs" }\n');
+// src/peer.ts reads import.meta, which CommonJS has not: there, CommonJS's own require.
+writeFileSync(
+  'dist/cjs/peer.js',
+  '"use strict";\n// CommonJS\'s own require, resolving from this package (build.js writes this file).\n' +
+    'Object.defineProperty(exports, "__esModule", { value: true });\nexports.requirePeer = require;\n',
+);

@@ -274,6 +274,34 @@ pub fn info_field(c: &mut redis::Connection, section: &str, field: &str) -> Opti
     info.lines().find_map(|l| l.strip_prefix(&prefix)).map(|v| v.trim().to_string())
 }
 
+/// One command's line of `INFO commandstats` (`cmdstat_<name>`, the name as
+/// the server spells it, e.g. `THROTTLE.ALL`, `command|getkeys`): its
+/// calls and the server's time in them, in µs, since the last
+/// `CONFIG RESETSTAT`. (0, 0) for a command not called yet.
+pub fn command_stats(c: &mut redis::Connection, name: &str) -> (u64, u64) {
+    let Some(line) = info_field(c, "commandstats", &format!("cmdstat_{name}")) else { return (0, 0) };
+    let field = |key: &str| -> u64 {
+        let value = line.split(',').find_map(|f| f.strip_prefix(key)).unwrap_or_else(|| panic!("no {key} in {line}"));
+        value.parse().unwrap_or_else(|_| panic!("{key}{value} in {line}"))
+    };
+    (field("calls="), field("usec="))
+}
+
+/// The CPU time the server's main thread has used, in µs (`INFO cpu`,
+/// user and system): unlike the wall time a command takes, it does not
+/// grow while the machine runs other processes.
+pub fn main_thread_cpu_us(c: &mut redis::Connection) -> u64 {
+    let info: String = redis::cmd("INFO").arg("cpu").query(c).expect("INFO cpu");
+    let seconds = |field: &str| -> f64 {
+        let prefix = format!("{field}:");
+        let value =
+            info.lines().find_map(|l| l.strip_prefix(&prefix)).unwrap_or_else(|| panic!("no {field} in {info}"));
+        value.trim().parse().unwrap_or_else(|_| panic!("{field}:{value}"))
+    };
+    let total = seconds("used_cpu_user_main_thread") + seconds("used_cpu_sys_main_thread");
+    (total * 1e6).round() as u64
+}
+
 /// Waits until no AOF rewrite runs or is scheduled.
 pub fn wait_aof_rewrite_done(c: &mut redis::Connection) {
     wait_until("the AOF rewrite to finish", Duration::from_secs(20), || {
@@ -290,17 +318,13 @@ pub fn digest(c: &mut redis::Connection, key: &str) -> String {
     v.into_iter().next().unwrap_or_default()
 }
 
-/// A key's PTTL on the master and on its replica.
-pub struct KeyTtls {
-    pub name: String,
-    pub on_master: i64,
-    pub on_replica: i64,
-}
-
 /// Checks that the replica holds every key of the master (equal DBSIZE)
-/// with the same value (DEBUG DIGEST-VALUE); returns each key's PTTLs for
-/// the caller's own bound. Call after `WAIT`.
-pub fn same_values_on_replica(m: &mut redis::Connection, r: &mut redis::Connection) -> Vec<KeyTtls> {
+/// with the same value (DEBUG DIGEST-VALUE), expiring at the same instant
+/// (PEXPIRETIME: the master sets the instant and sends it, so a replica's
+/// keys expire when the master's do, however late it applied them).
+/// Returns each key's name and that instant (-1 for none). Call after
+/// `WAIT`.
+pub fn same_values_on_replica(m: &mut redis::Connection, r: &mut redis::Connection) -> Vec<(String, i64)> {
     let names: Vec<String> = call(m, "KEYS *").expect("KEYS");
     let master_size: i64 = call(m, "DBSIZE").expect("DBSIZE");
     let replica_size: i64 = call(r, "DBSIZE").expect("DBSIZE");
@@ -309,9 +333,10 @@ pub fn same_values_on_replica(m: &mut redis::Connection, r: &mut redis::Connecti
         .into_iter()
         .map(|name| {
             assert_eq!(digest(m, &name), digest(r, &name), "value of {name}");
-            let on_master: i64 = call(m, &format!("PTTL {name}")).expect("PTTL");
-            let on_replica: i64 = call(r, &format!("PTTL {name}")).expect("PTTL");
-            KeyTtls { name, on_master, on_replica }
+            let on_master: i64 = call(m, &format!("PEXPIRETIME {name}")).expect("PEXPIRETIME");
+            let on_replica: i64 = call(r, &format!("PEXPIRETIME {name}")).expect("PEXPIRETIME");
+            assert_eq!(on_master, on_replica, "the instant {name} expires at, on the master and on the replica");
+            (name, on_master)
         })
         .collect()
 }

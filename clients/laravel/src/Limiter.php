@@ -102,6 +102,49 @@ final class Limiter
         return [(int) $reply[0] === 1, array_map([Reply::class, 'fromArray'], array_slice($reply, 1))];
     }
 
+    /**
+     * One of $limit slots of $key for $leaseMs (a lease): `THROTTLE.ACQUIRE
+     * key limit <lease>ms [ID id] [AT µs] [BLOCK ms]`. Admitted, the reply
+     * carries the lease's token (`->token`), which release() and renew()
+     * take. $id names the lease (acquiring with an $id that holds one renews
+     * it); without it the server makes a token. $blockMs > 0 waits on the
+     * server up to that long for a slot, behind the key's earlier waiters.
+     */
+    public function acquire(string $key, int $limit, int $leaseMs, ?string $id = null, int $blockMs = 0): Reply
+    {
+        $key = $this->key($key);
+        $args = ['THROTTLE.ACQUIRE', $key, $limit, "{$leaseMs}ms"];
+        if ($id !== null) {
+            array_push($args, 'ID', $id);
+        }
+        array_push($args, ...self::options(1));
+        if ($blockMs > 0) {
+            array_push($args, 'BLOCK', $blockMs);
+        }
+        return Reply::fromArray($this->send($args, $key));
+    }
+
+    /**
+     * Ends $token's lease on $key (`THROTTLE.RELEASE`): true when it held
+     * one, false when it did not (it ended, was released, or never held
+     * one), which changes nothing.
+     */
+    public function release(string $key, string $token): bool
+    {
+        $key = $this->key($key);
+        return $this->send(['THROTTLE.RELEASE', $key, $token, ...self::options(1)], $key, false) === 1;
+    }
+
+    /**
+     * Makes $token's lease on $key end $leaseMs from now (`THROTTLE.RENEW`):
+     * true when it held one, false (nothing changed) when it did not.
+     */
+    public function renew(string $key, string $token, int $leaseMs): bool
+    {
+        $key = $this->key($key);
+        return $this->send(['THROTTLE.RENEW', $key, $token, "{$leaseMs}ms", ...self::options(1)], $key, false) === 1;
+    }
+
     /** A limit as THROTTLE.ALL takes it, `TYPE key limit <period>ms [EXACT]`, with the key as stored. */
     private function spec(string $key, string $algorithm, int $limit, int $periodMs): array
     {
@@ -136,8 +179,11 @@ final class Limiter
      * Sends through the connection's command(), so Laravel's CommandExecuted
      * events still fire. An error reply throws: ThrottleModuleMissingException
      * when the server does not know the command, else a RuntimeException.
+     * The reply is an array, or with $array false an integer (RELEASE, RENEW).
+     *
+     * @return ($array is true ? array : int)
      */
-    private function send(array $args, string $key): array
+    private function send(array $args, string $key, bool $array = true): array|int
     {
         $client = $this->connection->client();
         if ($client instanceof \RedisCluster) {
@@ -149,7 +195,7 @@ final class Limiter
             // Predis answers an error reply with its text
             $reply = $this->connection->command('executeRaw', [$args]);
         }
-        if (!is_array($reply)) {
+        if ($array ? !is_array($reply) : !is_int($reply)) {
             $error = is_string($reply) ? $reply : ($client->getLastError() ?? 'no reply');
             throw ThrottleModuleMissingException::fromError($args[0], $error)
                 ?? new RuntimeException("{$args[0]} failed: $error");
@@ -159,13 +205,13 @@ final class Limiter
 
     /**
      * Predis's cluster connection routes only the commands it knows: tell it
-     * where each THROTTLE command's key is (THROTTLE.ALL: after the first
-     * algorithm word; COST and AT values are numbers).
+     * where each THROTTLE command's key is (the first argument; THROTTLE.ALL:
+     * after the first algorithm word; COST and AT values are numbers).
      */
     private static function routeOnPredisCluster(object $strategy): void
     {
         $firstArgument = fn ($command) => $command->getArgument(0);
-        foreach (['FIXED', 'SLIDING', 'TOKEN', 'LEAKY'] as $type) {
+        foreach (['FIXED', 'SLIDING', 'TOKEN', 'LEAKY', 'ACQUIRE', 'RELEASE', 'RENEW'] as $type) {
             $strategy->setCommandHandler("THROTTLE.$type", $firstArgument);
         }
         $strategy->setCommandHandler('THROTTLE.ALL', function ($command) {

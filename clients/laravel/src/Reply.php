@@ -8,7 +8,8 @@ namespace RedisThrottle\Laravel;
  * What a THROTTLE command answers for one limit: the five integers every
  * call gets, and the three of `DETAIL` when the call asked for them (the
  * package asks whenever a call carries a penalty: ban(), tally(), a
- * LoginThrottle).
+ * LoginThrottle). THROTTLE.ACQUIRE (the funnel) answers the five and, when
+ * admitted, the lease's token.
  */
 final class Reply
 {
@@ -29,12 +30,14 @@ final class Reply
         public ?int $bannedMs = null,
         /** DETAIL: milliseconds until one more unit is admissible, 0 when nothing is used. Null without DETAIL. */
         public ?int $nextFreeMs = null,
+        /** THROTTLE.ACQUIRE: the admitted lease's token, which releases or renews it. Null when refused, and for the rate commands. */
+        public ?string $token = null,
     ) {
     }
 
     /**
-     * @param array<int|string, int|string|bool> $reply the command's five integers, or eight with DETAIL;
-     *        a RESP3 map keyed by field name is read the same way
+     * @param array<int|string, int|string|bool> $reply the command's five integers, eight with DETAIL, or
+     *        THROTTLE.ACQUIRE's five and a token when admitted; a RESP3 map keyed by field name is read the same way
      */
     public static function fromArray(array $reply): self
     {
@@ -44,12 +47,14 @@ final class Reply
                 (int) $reply['allowed'] === 1, (int) $field('limit'), (int) $field('remaining'),
                 (int) $field('retry_after'), (int) $field('reset_after'),
                 $field('hits'), $field('banned'), $field('next_free'),
+                isset($reply['token']) ? (string) $reply['token'] : null,
             );
         }
         $detail = count($reply) >= 8;
         return new self(
             (int) $reply[0] === 1, (int) $reply[1], (int) $reply[2], (int) $reply[3], (int) $reply[4],
             $detail ? (int) $reply[5] : null, $detail ? (int) $reply[6] : null, $detail ? (int) $reply[7] : null,
+            count($reply) === 6 ? (string) $reply[5] : null,
         );
     }
 

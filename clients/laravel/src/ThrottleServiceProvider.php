@@ -11,8 +11,9 @@ use Illuminate\Support\ServiceProvider;
 
 /**
  * Registers the `throttle.native` route middleware, the `throttle-native`
- * config, and `throttleNative($name)` on Laravel's Redis connections
- * (`Redis::throttleNative('key')`, `Redis::connection('x')->throttleNative('key')`).
+ * config, and `throttleNative($name)` and `funnelNative($name)` on Laravel's
+ * Redis connections (`Redis::throttleNative('key')`,
+ * `Redis::connection('x')->funnelNative('key')`).
  * Found by Laravel's package discovery.
  *
  * It also gives the middleware its parent's place in the HTTP kernel's
@@ -57,9 +58,14 @@ class ThrottleServiceProvider extends ServiceProvider
                 (string) $config->get('throttle-native.prefix', ''),
             );
         };
-        Connection::macro('throttleNative', $macro);
+        $funnel = function (string $name) use ($config): FunnelBuilder {
+            /** @var Connection $this */
+            return new FunnelBuilder($this, $name, (string) $config->get('throttle-native.prefix', ''));
+        };
         // PhpRedisConnection lower-cases a method's name before it looks for a macro.
-        Connection::macro('throttlenative', $macro);
+        foreach (['throttleNative' => $macro, 'throttlenative' => $macro, 'funnelNative' => $funnel, 'funnelnative' => $funnel] as $name => $builder) {
+            Connection::macro($name, $builder);
+        }
     }
 
     /**

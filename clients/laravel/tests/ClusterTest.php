@@ -87,6 +87,25 @@ final class ClusterTest extends TestCase
     }
 
     /**
+     * The funnel's THROTTLE.ACQUIRE and THROTTLE.RELEASE route by their one
+     * key: two nested slots of two, the third refused, all released after.
+     *
+     * @dataProvider clients
+     */
+    public function testFunnel(string $client): void
+    {
+        $this->clusterApp($client);
+        $this->setClock(0);
+        $funnel = fn () => Redis::funnelNative('vendor')->limit(2)->releaseAfter(60)->block(0);
+        $outcome = $funnel()->then(fn () => $funnel()->then(fn () => [
+            $this->server->type('app_throttle:vendor'),
+            $funnel()->then(fn () => 'third ran', fn ($e) => $e->reply->retryAfterMs),
+        ]));
+        $this->assertSame(['thr-lease', 60_000], $outcome);
+        $this->assertSame(0, $this->server->client()->exists('app_throttle:vendor'), 'both leases were released');
+    }
+
+    /**
      * A named limiter's keys share the hash tag {name}, so its several
      * limits go in one THROTTLE.ALL on one slot.
      *

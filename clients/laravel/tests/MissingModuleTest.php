@@ -40,6 +40,19 @@ final class MissingModuleTest extends TestCase
     }
 
     /** @dataProvider clients */
+    public function testTheFunnelSaysHowToLoadTheModule(string $client): void
+    {
+        $this->app($client);
+        try {
+            Redis::funnelNative('k')->limit(3)->then(fn () => $this->fail('the callback ran'), fn () => $this->fail('the failure callback ran'));
+            $this->fail('no exception');
+        } catch (ThrottleModuleMissingException $e) {
+            $this->assertStringStartsWith('the Redis server has no THROTTLE.ACQUIRE command: ' . self::HOW, $e->getMessage());
+            $this->assertStringContainsStringIgnoringCase("unknown command 'THROTTLE.ACQUIRE'", $e->getMessage());
+        }
+    }
+
+    /** @dataProvider clients */
     public function testLoginThrottleSaysHowToLoadTheModule(string $client): void
     {
         $this->app($client);

@@ -24,8 +24,23 @@ export function checkAlgorithm(algorithm: string): Algorithm {
   return algorithm as Algorithm;
 }
 
+/**
+ * The penalties a limit applies when it refuses a call (see the module's
+ * docs/penalties.md): a ban, and refused units that count.
+ */
+export interface PenaltyOptions {
+  /** `BAN d`: a refused call bans the key for this long (milliseconds or a period string), from that call. */
+  ban?: Period;
+  /** `RENEW` (with `ban`): each refused call during the ban restarts it (fastify's `continueExceeding`). */
+  renew?: boolean;
+  /** `BACKOFF max` (with `ban`): each refused call during the ban doubles it, up to this (fastify's `exponentialBackoff`). */
+  backoff?: Period;
+  /** `TALLY cap`: a refused call's units count all the same, until the key counts `cap` units (1 to 10^15). */
+  tally?: number;
+}
+
 /** One limit: what THROTTLE.<ALGORITHM> and a THROTTLE.ALL spec take. */
-export interface LimitSpec {
+export interface LimitSpec extends PenaltyOptions {
   algorithm: Algorithm;
   key: string;
   limit: number;
@@ -74,13 +89,19 @@ export function integerArg(value: number | bigint, what: string): string {
   return String(value);
 }
 
-export interface CallOptions {
+export interface CallOptions extends PenaltyOptions {
   /** Units this call asks for (default 1); 0 peeks, a negative cost gives units back. */
   cost?: number;
   /** Wait on the server up to this long to be admitted (milliseconds or a period string; 0: no time-out). */
   block?: Period;
   /** The call's time as Unix microseconds instead of the server's clock (tests, replays). */
   at?: number | bigint;
+  /** `FORCE`: the units are taken whether or not they fit; with `ban`, units that push the key over its limit start the ban. */
+  force?: boolean;
+  /** `NOW` (with `ban`): ban the key for `ban` at once, whatever it holds (a manual ban). */
+  banNow?: boolean;
+  /** `DETAIL`: the result adds `hits`, `banned` and `nextFree`. */
+  detail?: boolean;
 }
 
 /**
@@ -110,8 +131,9 @@ export function checkOptionType(value: unknown, type: 'string' | 'boolean' | 'fu
   }
 }
 
-const SPEC_FIELDS = ['algorithm', 'key', 'limit', 'period', 'burst'] as const;
-const CALL_OPTIONS = ['cost', 'block', 'at'] as const;
+const PENALTIES = ['ban', 'renew', 'backoff', 'tally'] as const;
+const SPEC_FIELDS = ['algorithm', 'key', 'limit', 'period', 'burst', ...PENALTIES] as const;
+const CALL_OPTIONS = ['cost', 'block', 'at', ...PENALTIES, 'force', 'banNow', 'detail'] as const;
 
 /** Refuses call options this call does not take (`extra`: the method's own, such as `exact` or `burst`). */
 export function checkCallOptions(options: unknown, where: string, extra: readonly string[] = [], hints: Readonly<Record<string, string>> = {}): void {
@@ -122,13 +144,33 @@ export function checkCallOptions(options: unknown, where: string, extra: readonl
   });
 }
 
-/** A limit as THROTTLE.ALL takes it: ALGORITHM key limit period [BURST b] [EXACT]. */
-function specArgs(spec: LimitSpec): string[] {
+/** `[BAN d [RENEW | BACKOFF max]] [TALLY cap]` (a single call's `NOW` is added by callArgs). */
+function penaltyArgs(p: PenaltyOptions): string[] {
+  checkOptionType(p.renew, 'boolean', 'renew');
+  const args: string[] = [];
+  if (p.ban !== undefined) {
+    args.push('BAN', periodArg(p.ban, 'ban'));
+    if (p.renew && p.backoff !== undefined) throw new TypeError('redis-throttle: renew and backoff are two kinds of ban: give one of them');
+    if (p.renew) args.push('RENEW');
+    if (p.backoff !== undefined) args.push('BACKOFF', periodArg(p.backoff, 'backoff'));
+  } else {
+    const orphan = [p.renew && 'renew', p.backoff !== undefined && 'backoff'].filter(Boolean);
+    if (orphan.length > 0) throw new TypeError(`redis-throttle: ${orphan.join(', ')} needs ban (the ban's length)`);
+  }
+  if (p.tally !== undefined) args.push('TALLY', integerArg(p.tally, 'tally'));
+  return args;
+}
+
+/** A limit as THROTTLE.ALL takes it: ALGORITHM key limit period [BURST b] [EXACT] [penalties]. */
+function specArgs(spec: LimitSpec, extra: PenaltyOptions = {}): string[] {
   checkOptions(spec, SPEC_FIELDS, 'a limit', {
     exact: "give algorithm: 'sliding-exact'",
     cost: 'cost is an option of the call, not of a limit',
     at: 'at is an option of the call, not of a limit',
     block: 'block is an option of the call, not of a limit',
+    force: 'force is an option of a single call, not of a limit (THROTTLE.ALL does not take FORCE)',
+    banNow: 'banNow is an option of a single call, not of a limit (THROTTLE.ALL does not take NOW)',
+    detail: 'detail is an option of the call, not of a limit',
   });
   const { spec: name, exact } = ALGORITHMS[checkAlgorithm(spec.algorithm)];
   if (spec.burst !== undefined && name !== 'TOKEN' && name !== 'LEAKY') {
@@ -137,30 +179,59 @@ function specArgs(spec: LimitSpec): string[] {
   const args = [name, spec.key, integerArg(spec.limit, 'limit'), periodArg(spec.period)];
   if (spec.burst !== undefined) args.push('BURST', integerArg(spec.burst, 'burst'));
   if (exact) args.push('EXACT');
+  const twice = PENALTIES.filter((name) => spec[name] !== undefined && extra[name] !== undefined);
+  if (twice.length > 0) throw new TypeError(`redis-throttle: ${twice.join(', ')} given both in the limit and in the options: give it once`);
+  args.push(...penaltyArgs({ ...spec, ...Object.fromEntries(PENALTIES.filter((n) => extra[n] !== undefined).map((n) => [n, extra[n]])) }));
   return args;
 }
 
-/** THROTTLE.<ALGORITHM> key limit period [BURST b] [EXACT] [COST n] [AT µs] [BLOCK ms]. */
+/**
+ * THROTTLE.<ALGORITHM> key limit period [BURST b] [EXACT] [BAN d [RENEW |
+ * BACKOFF max] [NOW]] [TALLY cap] [COST n] [AT µs] [BLOCK ms] [FORCE] [DETAIL].
+ * The penalties may be given in the limit or in the options, not in both.
+ */
 export function callArgs(spec: LimitSpec, options: CallOptions = {}): string[] {
   checkCallOptions(options, 'call()', [], {
     exact: "give the limit algorithm: 'sliding-exact'",
     burst: 'burst is a field of the limit: { algorithm, key, limit, period, burst }',
   });
-  const [name, ...rest] = specArgs(spec);
+  checkOptionType(options.force, 'boolean', 'force');
+  checkOptionType(options.banNow, 'boolean', 'banNow');
+  checkOptionType(options.detail, 'boolean', 'detail');
+  const [name, ...rest] = specArgs(spec, options);
   const args = [`THROTTLE.${name}`, ...rest];
+  if (options.banNow) {
+    if (spec.ban === undefined && options.ban === undefined) throw new TypeError("redis-throttle: banNow needs ban (the ban's length)");
+    args.push('NOW');
+  }
   if (options.cost !== undefined) args.push('COST', integerArg(options.cost, 'cost'));
   if (options.at !== undefined) args.push('AT', integerArg(options.at, 'at'));
   if (options.block !== undefined) args.push('BLOCK', blockArg(options.block));
+  if (options.force) args.push('FORCE');
+  if (options.detail) args.push('DETAIL');
   return args;
 }
 
-/** THROTTLE.ALL [COST n] [AT µs] spec...: every spec's key must share a hash slot in a cluster. */
-export function allArgs(specs: LimitSpec[], options: Omit<CallOptions, 'block'> = {}): string[] {
-  checkOptions(options, ['cost', 'at'], 'all()', { block: 'THROTTLE.ALL answers at once, it does not block' });
+/** What all() takes besides its limits. */
+export type AllOptions = Pick<CallOptions, 'cost' | 'at' | 'detail'>;
+
+/** THROTTLE.ALL [COST n] [AT µs] [DETAIL] spec...: every spec's key must share a hash slot in a cluster. */
+export function allArgs(specs: LimitSpec[], options: AllOptions = {}): string[] {
+  checkOptions(options, ['cost', 'at', 'detail'], 'all()', {
+    block: 'THROTTLE.ALL answers at once, it does not block',
+    force: 'THROTTLE.ALL does not take FORCE: force units into one limit at a time',
+    banNow: 'THROTTLE.ALL does not take NOW: ban one limit at a time',
+    ban: 'each limit takes its own ban: { algorithm, key, limit, period, ban }',
+    renew: 'each limit takes its own renew',
+    backoff: 'each limit takes its own backoff',
+    tally: 'each limit takes its own tally',
+  });
+  checkOptionType(options.detail, 'boolean', 'detail');
   if (!Array.isArray(specs) || specs.length === 0) throw new TypeError('redis-throttle: all() needs at least one limit');
   const args = ['THROTTLE.ALL'];
   if (options.cost !== undefined) args.push('COST', integerArg(options.cost, 'cost'));
   if (options.at !== undefined) args.push('AT', integerArg(options.at, 'at'));
+  if (options.detail) args.push('DETAIL');
   for (const spec of specs) args.push(...specArgs(spec));
   return args;
 }

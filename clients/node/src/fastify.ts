@@ -1,4 +1,4 @@
-import { checkAlgorithm, checkOptions, checkOptionType, senderFor, type Algorithm, type RedisClientLike } from './command.js';
+import { checkAlgorithm, checkOptions, checkOptionType, senderFor, type Algorithm, type CallOptions, type RedisClientLike } from './command.js';
 import type { ThrottleResult } from './reply.js';
 import { Throttle } from './throttle.js';
 
@@ -35,21 +35,25 @@ export interface FastifyStore {
   child(routeOptions: object): FastifyStore;
 }
 
+/** The module's largest TALLY cap: fastify's `current` counts every refused request. */
+const TALLY_CAP = 10 ** 15;
+/** The longest ban the module takes (3650 days): exponentialBackoff's doubling stops there (the plugin's own store stops at 2^53 - 1 ms). */
+const MAX_BAN_MS = 3650 * 86_400_000;
+
 /**
- * The options of @fastify/rate-limit that count requests past the limit,
- * which the module does not do (a refused request changes nothing); null
- * when there are none. `ban: 0` (403 instead of 429 from the first refused
- * request) works.
+ * The penalty options a store's requests carry, from the plugin's options:
+ * none (a refused request changes nothing), or TALLY and DETAIL so that
+ * `current` counts refused requests as the plugin's own stores do, with
+ * `BAN timeWindow RENEW` for continueExceeding (each refused request
+ * restarts the window) or `BAN timeWindow BACKOFF` for exponentialBackoff
+ * (each refused request doubles it). `ban: 0` needs none: the first refused
+ * request is already past max + 0.
  */
-function unsupported(params: PluginParams): Error | null {
-  const found: string[] = [];
-  if (params.continueExceeding) found.push('continueExceeding (a refused request restarts the window)');
-  if (params.exponentialBackoff) found.push('exponentialBackoff (each refused request doubles the window)');
-  if (typeof params.ban === 'number' && params.ban > 0) found.push(`ban: ${params.ban} (counts refused requests; ban: 0 works)`);
-  if (found.length === 0) return null;
-  return new Error(
-    `redis-throttle: the fastify store does not support ${found.join(', ')}: the module never counts a refused request. See the package README.`,
-  );
+function penaltiesFor(params: PluginParams): { renew: boolean; backoff: boolean } | null {
+  const renew = params.continueExceeding === true;
+  const backoff = !renew && params.exponentialBackoff === true;
+  if (!renew && !backoff && !(typeof params.ban === 'number' && params.ban > 0)) return null;
+  return { renew, backoff };
 }
 
 /**
@@ -64,6 +68,9 @@ function unsupported(params: PluginParams): Error | null {
 export function createFastifyStore(client: RedisClientLike, options: FastifyStoreOptions = {}): FastifyStoreClass {
   checkOptions(options, ['algorithm', 'prefix', 'clock'], 'createFastifyStore', {
     nameSpace: "the plugin's option for its own Redis store: give this store's prefix",
+    ban: 'give it to the plugin, which passes it to the store',
+    continueExceeding: 'give it to the plugin, which passes it to the store',
+    exponentialBackoff: 'give it to the plugin, which passes it to the store',
   });
   checkOptionType(options.prefix, 'string', 'prefix');
   checkOptionType(options.clock, 'function', 'clock');
@@ -74,37 +81,46 @@ export function createFastifyStore(client: RedisClientLike, options: FastifyStor
 
   class ThrottleFastifyStore implements FastifyStore {
     readonly #throttle: Throttle;
-    /** Options this store cannot honour: every call fails with this error. */
-    readonly #refused: Error | null;
+    /** What a refused request does to the key (the plugin's ban, continueExceeding, exponentialBackoff); null: nothing. */
+    readonly #penalties: { renew: boolean; backoff: boolean } | null;
 
-    /**
-     * The plugin constructs the global store with its global options, and a
-     * child for each route with a limit of its own. A store that would serve
-     * requests under options it cannot honour refuses them at once; the
-     * global store under `global: false` serves only createRateLimit(), and
-     * fails there instead, so that routes can turn such an option off.
-     */
-    constructor(params: PluginParams & { global?: boolean } = {}, prefix?: string) {
-      this.#refused = unsupported(params);
-      if (this.#refused && (prefix !== undefined || params.global !== false)) throw this.#refused;
+    /** The plugin constructs the global store with its global options, and a child for each route with a limit of its own. */
+    constructor(params: PluginParams = {}, prefix?: string) {
+      this.#penalties = penaltiesFor(params);
       this.#throttle = new Throttle(client, { prefix: prefix ?? basePrefix });
     }
 
     #run(key: string, callback: Callback, timeWindow: number, max: number, cost: number): void {
-      if (this.#refused) {
-        callback(this.#refused);
-        return;
-      }
       if (max < 1) {
         // max 0 refuses everything: there is nothing to count.
         callback(null, { current: cost === 0 ? 0 : 1, ttl: cost === 0 ? 0 : timeWindow });
         return;
       }
-      this.#throttle.call({ algorithm, key, limit: max, period: Math.max(1, timeWindow) }, { cost, at: clock?.() }).then(
+      const period = Math.max(1, Math.round(timeWindow));
+      const penalties = this.#penalties;
+      const options: CallOptions = { cost, at: clock?.() };
+      if (penalties) {
+        options.detail = true;
+        if (cost > 0) {
+          options.tally = TALLY_CAP;
+          if (penalties.renew || penalties.backoff) options.ban = Math.min(period, MAX_BAN_MS);
+          if (penalties.renew) options.renew = true;
+          if (penalties.backoff) options.backoff = MAX_BAN_MS;
+        }
+      }
+      this.#throttle.call({ algorithm, key, limit: max, period }, options).then(
         (r: ThrottleResult) => {
-          // The plugin refuses when current > max and sends ttl (ms) as the
-          // reset and Retry-After: a refused request gets the time until it
-          // would be admitted, an admitted one the time until the key is idle.
+          // The plugin refuses when current > max (403 past max + ban) and
+          // sends ttl (ms) as the reset and Retry-After: a refused request
+          // gets the time until it would be admitted (or its ban ends), an
+          // admitted one the time until the key is idle.
+          if (penalties && r.hits !== undefined) {
+            // The key's hits count refused requests too, as the plugin's
+            // counter does; a bucket (token, leaky) keeps no more than its
+            // burst, so a refused request is at least max + 1 there.
+            callback(null, { current: r.allowed ? r.hits : Math.max(r.hits, max + 1), ttl: r.allowed ? r.resetAfter : Math.max(r.retryAfter, r.banned ?? 0, 0) });
+            return;
+          }
           const current = r.allowed ? Math.max(0, max - r.remaining) : max + 1;
           callback(null, { current, ttl: r.allowed ? r.resetAfter : Math.max(r.retryAfter, 0) });
         },

@@ -15,6 +15,8 @@ export type { ThrottleAllResult, ThrottleInfo, ThrottleResult } from './reply.js
 export { ExpressStore, type ClientRateLimitInfo, type ExpressStoreOptions, type SendCommandClusterFn, type SendCommandFn } from './express.js';
 export { createFastifyStore, type FastifyStore, type FastifyStoreClass, type FastifyStoreOptions } from './fastify.js';
 export { NestStorage, type NestStorageOptions, type ThrottlerStorageRecord } from './nest.js';
+export type { AllOptions, PenaltyOptions } from './command.js';
+export { RateLimiterThrottle, type RateLimiterResLike, type RateLimiterThrottleOptions } from './rate-limiter-flexible.js';
 export {
   Lease,
   LeaseNotAcquiredError,

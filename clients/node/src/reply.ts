@@ -14,6 +14,12 @@ export interface ThrottleResult {
   retryAfter: number;
   /** Milliseconds until the key is idle again (its PTTL); 0 when it holds nothing. */
   resetAfter: number;
+  /** With `detail`: the units the key counts now, refused and forced ones included (in a ban, those counted when it began and since). */
+  hits?: number;
+  /** With `detail`: milliseconds left of the key's ban; 0 when it has none. */
+  banned?: number;
+  /** With `detail`: milliseconds until one more unit is admissible; 0 when nothing is used (in a ban, its end). */
+  nextFree?: number;
 }
 
 /** THROTTLE.ALL: admitted only if every limit admits; one result per spec, in order. */
@@ -39,6 +45,10 @@ export interface ThrottleInfo {
   used?: number;
   remaining?: number;
   resetAfter?: number;
+  /** A banned key: milliseconds left of the ban, its length, and the units it counts. */
+  banned?: number;
+  banLength?: number;
+  hits?: number;
   /** A lease key: the leases held now. */
   holders?: number;
   /** A lease key: each lease held, the earliest end first (`endsAt` in Unix µs, `endsAfter` in ms). */
@@ -46,6 +56,9 @@ export interface ThrottleInfo {
 }
 
 const FIELDS = ['allowed', 'limit', 'remaining', 'retry_after', 'reset_after'] as const;
+/** The three fields DETAIL adds after the five. */
+const DETAIL_FIELDS = ['hits', 'banned', 'next_free'] as const;
+const ALL_FIELDS = [...FIELDS, ...DETAIL_FIELDS] as const;
 
 function unexpected(what: string, reply: unknown): Error {
   let shown: string;
@@ -95,34 +108,46 @@ function flag(value: unknown, what: string, reply: unknown): boolean {
   return n === 1;
 }
 
-/** The five values of a reply, in FIELDS order, from any of its shapes; null when it has none of them. */
-function fiveValues(reply: unknown): unknown[] | null {
+/**
+ * The values of a reply in ALL_FIELDS order, from any of its shapes: five,
+ * or eight with DETAIL; null when it is neither.
+ */
+function replyValues(reply: unknown): unknown[] | null {
   if (Array.isArray(reply)) {
-    if (reply.length === 5) return reply; // RESP2
+    if (reply.length === 5 || (reply.length === 8 && typeof reply[0] !== 'string' && !(reply[0] instanceof Uint8Array))) return reply; // RESP2
     // ioredis's RESP3 map: the module sends the fields in this order.
-    if (reply.length === 10 && FIELDS.every((name, i) => reply[2 * i] === name)) return FIELDS.map((_, i) => reply[2 * i + 1]);
+    for (const fields of [FIELDS, ALL_FIELDS]) {
+      if (reply.length === 2 * fields.length && fields.every((name, i) => reply[2 * i] === name)) return fields.map((_, i) => reply[2 * i + 1]);
+    }
   } else if (reply !== null && typeof reply === 'object' && !(reply instanceof Map) && !(reply instanceof Uint8Array)) {
     // node-redis's RESP3 map (an object, with a null prototype)
     const map = reply as Record<string, unknown>;
-    if (FIELDS.every((name) => name in map)) return FIELDS.map((name) => map[name]);
+    if (FIELDS.every((name) => name in map)) return ('hits' in map ? ALL_FIELDS : FIELDS).map((name) => map[name]);
   }
   const entries = mapEntries(reply);
   if (!entries) return null;
   const byName = new Map(entries);
-  return FIELDS.every((name) => byName.has(name)) ? FIELDS.map((name) => byName.get(name)) : null;
+  if (!FIELDS.every((name) => byName.has(name))) return null;
+  return (byName.has('hits') ? ALL_FIELDS : FIELDS).map((name) => byName.get(name));
 }
 
-/** One five-field reply: an array of five integers or a map of the five fields. */
+/** One reply: an array of five (DETAIL: eight) integers or a map of those fields. */
 export function parseResult(reply: unknown, what = 'a THROTTLE command'): ThrottleResult {
-  const values = fiveValues(reply);
+  const values = replyValues(reply);
   if (!values) throw unexpected(what, reply);
-  return {
+  const result: ThrottleResult = {
     allowed: flag(values[0], what, reply),
     limit: integer(values[1], what, reply),
     remaining: integer(values[2], what, reply),
     retryAfter: integer(values[3], what, reply),
     resetAfter: integer(values[4], what, reply),
   };
+  if (values.length === 8) {
+    result.hits = integer(values[5], what, reply);
+    result.banned = integer(values[6], what, reply);
+    result.nextFree = integer(values[7], what, reply);
+  }
+  return result;
 }
 
 /** THROTTLE.ALL: `allowed` (an integer, or a boolean in RESP3), then one reply per spec. */

@@ -9,6 +9,7 @@ import {
   keyArg,
   senderFor,
   type Algorithm,
+  type AllOptions,
   type CallOptions,
   type LimitSpec,
   type Period,
@@ -98,7 +99,7 @@ export class Throttle {
    * THROTTLE.ALL: several limits at once, all or nothing. In a cluster every
    * key must share a hash slot: use a hash tag (`{user:42}:s`, `{user:42}:h`).
    */
-  async all(limits: LimitSpec[], options: Omit<CallOptions, 'block'> = {}): Promise<ThrottleAllResult> {
+  async all(limits: LimitSpec[], options: AllOptions = {}): Promise<ThrottleAllResult> {
     if (!Array.isArray(limits)) throw new TypeError('redis-throttle: all() takes an array of limits');
     const specs = limits.map((spec) => ({ ...spec, key: this.#prefix + keyArg(spec?.key) }));
     const args = allArgs(specs, options);

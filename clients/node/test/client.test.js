@@ -11,6 +11,7 @@ import { startServer } from './support/redis.js';
 const T0 = 1_700_000_000_000_000; // Unix µs
 const s = (seconds) => T0 + seconds * 1_000_000;
 const reply = (allowed, limit, remaining, retryAfter, resetAfter) => ({ allowed: !!allowed, limit, remaining, retryAfter, resetAfter });
+const detailed = (allowed, limit, remaining, retryAfter, resetAfter, hits, banned, nextFree) => ({ ...reply(allowed, limit, remaining, retryAfter, resetAfter), hits, banned, nextFree });
 // A key lives for its reset_after in the server's real time, whatever AT says:
 // the limits here keep every key for a minute or more, so that no key
 // expires between two calls of a test however slow the machine is.
@@ -74,6 +75,60 @@ for (const [name, connect] of Object.entries(singleClients)) {
       assert.deepEqual(refused, { allowed: false, results: [reply(0, 10, 9, 30_000, 30_000), reply(1, 1000, 999, 0, 3_570_000)] });
     });
 
+    it('ban: the penalties page\'s login ban, with detail', async () => {
+      const login = { ban: '15m' };
+      assert.deepEqual(await throttle.fixed('eve', 3, '1m', { ...login, at: s(0) }), reply(1, 3, 2, 0, 60000));
+      assert.deepEqual(await throttle.fixed('eve', 3, '1m', { ...login, cost: 3, at: s(1) }), reply(0, 3, 0, 900_000, 900_000));
+      assert.deepEqual(await throttle.fixed('eve', 3, '1m', { ...login, detail: true, at: s(62) }), detailed(0, 3, 0, 839_000, 839_000, 1, 839_000, 839_000));
+      const info = await throttle.info('eve', { at: s(62) });
+      assert.equal(info.banned, 839_000);
+      assert.equal(info.banLength, 900_000);
+      assert.equal(info.hits, 1);
+      assert.deepEqual(await throttle.fixed('eve', 3, 60_000, { ban: 900_000, at: s(902) }), reply(1, 3, 2, 0, 60000));
+    });
+
+    it('ban with backoff doubles, with renew restarts; tally counts refused units', async () => {
+      const bot = { ban: '1m', backoff: '1h' };
+      assert.deepEqual(await throttle.fixed('bot', 3, '1m', { ...bot, cost: 4, at: s(0) }), reply(0, 3, 0, 60_000, 60_000));
+      assert.deepEqual(await throttle.fixed('bot', 3, '1m', { ...bot, at: s(30) }), reply(0, 3, 0, 120_000, 120_000));
+      assert.deepEqual(await throttle.fixed('bot', 3, '1m', { ...bot, at: s(40) }), reply(0, 3, 0, 240_000, 240_000));
+      // renew: each refused call restarts the ban for its length
+      await throttle.token('hammer', 2, '1m', { cost: 2, at: s(0) });
+      assert.deepEqual(await throttle.token('hammer', 2, '1m', { ban: '1m', renew: true, at: s(1) }), reply(0, 2, 0, 60_000, 60_000));
+      assert.deepEqual(await throttle.token('hammer', 2, '1m', { ban: '1m', renew: true, at: s(31) }), reply(0, 2, 0, 60_000, 60_000));
+      assert.deepEqual(await throttle.token('hammer', 2, '1m', { at: s(61) }), reply(0, 2, 0, 30_000, 30_000), 'a call without ban is refused by the ban');
+      // tally: refused units count, up to the cap
+      const tally = { tally: 4, detail: true };
+      await throttle.fixed('tally', 2, '1m', { cost: 2, at: s(0) });
+      assert.deepEqual(await throttle.fixed('tally', 2, '1m', { ...tally, at: s(1) }), detailed(0, 2, 0, 59_000, 59_000, 3, 0, 59_000));
+      assert.deepEqual(await throttle.fixed('tally', 2, '1m', { ...tally, cost: 5, at: s(2) }), detailed(0, 2, 0, -1, 58_000, 4, 0, 58_000), 'counted up to the cap');
+      assert.deepEqual(await throttle.fixed('tally', 2, '1m', { ...tally, at: s(3) }), detailed(0, 2, 0, 57_000, 57_000, 4, 0, 57_000), 'no further');
+    });
+
+    it('force takes units that do not fit; banNow bans at once; a refund leaves the ban', async () => {
+      assert.deepEqual(await throttle.fixed('forced', 2, '1m', { force: true, cost: 3, detail: true, at: s(0) }), detailed(0, 2, 0, -1, 60_000, 3, 0, 60_000));
+      assert.deepEqual(await throttle.fixed('forced', 2, '1m', { cost: 0, detail: true, at: s(1) }), detailed(1, 2, 0, 0, 59_000, 3, 0, 59_000));
+      assert.deepEqual(await throttle.sliding('manual', 5, '1m', { ban: '10m', banNow: true, cost: 0, detail: true, at: s(0) }), detailed(0, 5, 0, 600_000, 600_000, 0, 600_000, 600_000));
+      assert.deepEqual(await throttle.sliding('manual', 5, '1m', { cost: -1, detail: true, at: s(1) }), detailed(1, 5, 0, 0, 599_000, 0, 599_000, 599_000));
+      const fresh = await throttle.sliding('manual', 5, '1m', { at: s(600) });
+      assert.deepEqual([fresh.allowed, fresh.remaining], [true, 4], 'the ban ended: a fresh key');
+      assert.deepEqual(await throttle.leaky('forced-ban', 2, '1m', { ban: '5m', force: true, cost: 3, at: s(0) }), reply(0, 2, 0, 300_000, 300_000));
+    });
+
+    it('all: each limit its own ban and tally; detail on every result', async () => {
+      const limits = [
+        { algorithm: 'fixed', key: '{u7}:s', limit: 2, period: '1m', ban: '5m' },
+        { algorithm: 'token', key: '{u7}:h', limit: 100, period: '1h', tally: 1000 },
+      ];
+      const first = await throttle.all(limits, { cost: 2, detail: true, at: s(0) });
+      assert.deepEqual(first, { allowed: true, results: [detailed(1, 2, 0, 0, 60_000, 2, 0, 60_000), detailed(1, 100, 98, 0, 72_000, 2, 0, 36_000)] });
+      const refused = await throttle.all(limits, { detail: true, at: s(1) });
+      assert.equal(refused.allowed, false);
+      assert.deepEqual(refused.results[0], detailed(0, 2, 0, 300_000, 300_000, 2, 300_000, 300_000), 'the limit that refused starts its ban');
+      assert.equal(refused.results[1].hits, 2, 'the limit that would have admitted changes nothing');
+      assert.equal((await throttle.all(limits, { at: s(200) })).allowed, false, 'banned');
+    });
+
     it('info: each field, camel-cased; null for a missing key', async () => {
       await throttle.token('erin', 10, '1h', { burst: 20, cost: 15, at: s(0) });
       assert.deepEqual(await throttle.info('erin', { at: s(3600) }), {
@@ -130,22 +185,36 @@ describe('arguments', () => {
 
   it('refuses an option the call or the client does not take, by name, before sending anything', async () => {
     const refused = [
-      [() => throttle.fixed('k', 1, '1s', { burst: 5 }), /^redis-throttle: fixed\(\) does not support the option burst \(only token\(\) and leaky\(\) take a burst\); it takes cost, block, at$/],
+      [() => throttle.fixed('k', 1, '1s', { burst: 5 }), /^redis-throttle: fixed\(\) does not support the option burst \(only token\(\) and leaky\(\) take a burst\); it takes cost, block, at, ban, renew, backoff, tally, force, banNow, detail$/],
       [() => throttle.fixed('k', 1, '1s', { exact: true }), /fixed\(\) does not support the option exact \(only sliding\(\) takes exact\)/],
       [() => throttle.sliding('k', 1, '1s', { burst: 5 }), /sliding\(\) does not support the option burst/],
       [() => throttle.sliding('k', 1, '1s', { exact: 'yes' }), /exact must be a boolean, got string/],
       [() => throttle.token('k', 1, '1s', { exact: true }), /token\(\) does not support the option exact/],
-      [() => throttle.leaky('k', 1, '1s', { count: true }), /leaky\(\) does not support the option count; it takes cost, block, at, burst$/],
+      [() => throttle.leaky('k', 1, '1s', { count: true }), /leaky\(\) does not support the option count; it takes cost, block, at, ban, renew, backoff, tally, force, banNow, detail, burst$/],
       [() => throttle.fixed('k', 1, '1s', { cost: 1, timeout: 5 }), /fixed\(\) does not support the option timeout/],
       [() => throttle.fixed('k', 1, '1s', 5), /fixed\(\) takes an options object, got number/],
       [() => throttle.call({ algorithm: 'sliding', key: 'k', limit: 1, period: 1, exact: true }), /a limit does not support the option exact \(give algorithm: 'sliding-exact'\)/],
       [() => throttle.call({ algorithm: 'fixed', key: 'k', limit: 1, period: 1, burst: 2 }), /burst is for the token and leaky algorithms only, not fixed/],
       [() => throttle.call({ algorithm: 'token', key: 'k', limit: 1, period: 1 }, { burst: 2 }), /call\(\) does not support the option burst \(burst is a field of the limit/],
       [() => throttle.call({ algorithm: 'fixed', limit: 1, period: 1 }), /key must be a string, got undefined/],
-      [() => throttle.all([{ algorithm: 'fixed', key: 'k', limit: 1, period: 1 }], { block: 100 }), /all\(\) does not support the option block \(THROTTLE\.ALL answers at once, it does not block\); it takes cost, at$/],
+      [() => throttle.all([{ algorithm: 'fixed', key: 'k', limit: 1, period: 1 }], { block: 100 }), /all\(\) does not support the option block \(THROTTLE\.ALL answers at once, it does not block\); it takes cost, at, detail$/],
       [() => throttle.all([{ algorithm: 'fixed', key: 'k', limit: 1, period: 1, cost: 2 }]), /a limit does not support the option cost \(cost is an option of the call, not of a limit\)/],
       [() => throttle.all({ algorithm: 'fixed', key: 'k', limit: 1, period: 1 }), /all\(\) takes an array of limits/],
       [() => throttle.info('k', { cost: 0 }), /info\(\) does not support the option cost/],
+      [() => throttle.fixed('k', 1, '1s', { renew: true }), /renew needs ban \(the ban's length\)/],
+      [() => throttle.fixed('k', 1, '1s', { backoff: '1h' }), /backoff needs ban/],
+      [() => throttle.fixed('k', 1, '1s', { banNow: true }), /banNow needs ban/],
+      [() => throttle.fixed('k', 1, '1s', { ban: '1m', renew: true, backoff: '1h' }), /renew and backoff are two kinds of ban: give one of them/],
+      [() => throttle.fixed('k', 1, '1s', { ban: '1 minute' }), /ban must be milliseconds or a period string/],
+      [() => throttle.fixed('k', 1, '1s', { ban: 0 }), /ban must be a positive integer of milliseconds/],
+      [() => throttle.fixed('k', 1, '1s', { tally: 1.5 }), /tally must be an integer/],
+      [() => throttle.fixed('k', 1, '1s', { force: 1 }), /force must be a boolean, got number/],
+      [() => throttle.fixed('k', 1, '1s', { detail: 'yes' }), /detail must be a boolean, got string/],
+      [() => throttle.fixed('k', 1, '1s', { banFor: '1m' }), /fixed\(\) does not support the option banFor;/],
+      [() => throttle.call({ algorithm: 'fixed', key: 'k', limit: 1, period: 1, ban: '1m' }, { ban: '2m' }), /ban given both in the limit and in the options/],
+      [() => throttle.all([{ algorithm: 'fixed', key: 'k', limit: 1, period: 1 }], { force: true }), /all\(\) does not support the option force \(THROTTLE\.ALL does not take FORCE/],
+      [() => throttle.all([{ algorithm: 'fixed', key: 'k', limit: 1, period: 1 }], { ban: '1m' }), /all\(\) does not support the option ban \(each limit takes its own ban/],
+      [() => throttle.all([{ algorithm: 'fixed', key: 'k', limit: 1, period: 1, banNow: true }]), /a limit does not support the option banNow/],
       [() => throttle.reset(42), /key must be a string, got number/],
     ];
     for (const [call, message] of refused) await assert.rejects(call(), { name: 'TypeError', message });

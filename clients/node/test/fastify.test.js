@@ -108,22 +108,39 @@ for (const [version, rateLimit] of Object.entries(versions)) {
         assert.deepEqual([(await request(`${s.url}/ok`)).status, (await request(`${s.url}/ok`)).status], [200, 403]);
       });
 
-      it('refuses the options that count refused requests, at registration', async () => {
-        for (const [options, message] of [
-          [{ continueExceeding: true }, /does not support continueExceeding/],
-          [{ exponentialBackoff: true }, /does not support exponentialBackoff/],
-          [{ ban: 2 }, /does not support ban: 2/],
-        ]) {
-          const app = Fastify();
-          await assert.rejects(async () => {
-            await app.register(rateLimit, { max: 1, store: store(), ...options });
-          }, message);
-          await app.close().catch(() => {});
-          const routeApp = Fastify();
-          await routeApp.register(rateLimit, { global: false, store: store() });
-          assert.throws(() => routeApp.get('/r', { config: { rateLimit: { max: 1, ...options } } }, async () => 'r'), message);
-          await routeApp.close();
-        }
+      it('ban: 403 once refused requests pass max + ban in the window', async (t) => {
+        const time = { now: T0 };
+        const s = await serve(rateLimit, { max: 1, timeWindow: 60_000, ban: 2, store: store({ clock: () => time.now }) });
+        t.after(() => s.app.close());
+        const seen = [];
+        for (let i = 0; i < 5; i++) seen.push(await request(`${s.url}/ok`));
+        assert.deepEqual(seen.map((r) => r.status), [200, 429, 429, 403, 403]);
+        assert.equal(JSON.parse(seen[3].body).error, 'Forbidden');
+        assert.equal(seen[3].headers['retry-after'], '60');
+        time.now = T0 + 60_000_000;
+        assert.equal((await request(`${s.url}/ok`)).status, 200, 'a new window');
+      });
+
+      it('continueExceeding: each refused request restarts the window; exponentialBackoff doubles it', async (t) => {
+        const time = { now: T0 };
+        const s = await serve(rateLimit, { max: 1, timeWindow: 60_000, continueExceeding: true, store: store({ clock: () => time.now }) }, (app) => {
+          app.get('/backoff', { config: { rateLimit: { max: 1, timeWindow: 60_000, continueExceeding: false, exponentialBackoff: true } } }, async () => 'b');
+        });
+        t.after(() => s.app.close());
+        assert.equal((await request(`${s.url}/ok`)).status, 200);
+        time.now = T0 + 30_000_000;
+        assert.equal((await request(`${s.url}/ok`)).headers['retry-after'], '60', 'refused: a minute from now');
+        time.now = T0 + 89_000_000;
+        assert.equal((await request(`${s.url}/ok`)).headers['retry-after'], '60', 'refused again: restarted');
+        time.now = T0 + 148_999_000;
+        assert.equal((await request(`${s.url}/ok`)).status, 429, 'still refused 1 ms before the last minute ends');
+        time.now = T0 + 208_999_000;
+        assert.equal((await request(`${s.url}/ok`)).status, 200, 'a quiet minute: admitted');
+        time.now = T0;
+        const backoff = [];
+        for (let i = 0; i < 5; i++) backoff.push(await request(`${s.url}/backoff`));
+        assert.deepEqual(backoff.map((r) => r.status), [200, 429, 429, 429, 429]);
+        assert.deepEqual(backoff.slice(1).map((r) => r.headers['retry-after']), ['60', '120', '240', '480']);
       });
 
       it('another algorithm: sliding window', async (t) => {
@@ -170,7 +187,7 @@ describe('createFastifyStore options', () => {
       name: 'TypeError',
       message: "redis-throttle: createFastifyStore does not support the option nameSpace (the plugin's option for its own Redis store: give this store's prefix); it takes algorithm, prefix, clock",
     });
-    assert.throws(() => createFastifyStore(ioredis, { continueExceeding: true }), /createFastifyStore does not support the option continueExceeding/);
+    assert.throws(() => createFastifyStore(ioredis, { continueExceeding: true }), /createFastifyStore does not support the option continueExceeding \(give it to the plugin/);
     assert.throws(() => createFastifyStore(ioredis, { prefix: ['a'] }), /prefix must be a string, got object/);
     assert.throws(() => createFastifyStore(ioredis, { clock: 5 }), /clock must be a function, got number/);
     assert.throws(() => createFastifyStore({}), /expected a node-redis client or cluster/);

@@ -3,10 +3,10 @@
 // plain JavaScript: decorators are applied with Reflect.decorate.
 import 'reflect-metadata';
 import assert from 'node:assert/strict';
-import { describe, it } from 'node:test';
+import { describe, it, mock } from 'node:test';
 import { Controller, Get, Module } from '@nestjs/common';
 import { APP_GUARD, NestFactory } from '@nestjs/core';
-import { SkipThrottle, Throttle as ThrottleRoute, ThrottlerGuard, ThrottlerModule } from '@nestjs/throttler';
+import { SkipThrottle, Throttle as ThrottleRoute, ThrottlerGuard, ThrottlerModule, ThrottlerStorageService } from '@nestjs/throttler';
 import { createClient } from 'redis';
 import { NestStorage, ThrottleModuleMissingError } from 'redis-throttle';
 import { flood, request } from './support/http.js';
@@ -92,7 +92,7 @@ for (const [clientName, client] of Object.entries(clients)) {
       assert.equal((await request(`${s.url}/ok`)).headers['x-ratelimit-remaining'], '4', 'each route has its own key');
     });
 
-    it('named throttlers: every header with its suffix; blocked until the module admits again', async (t) => {
+    it('named throttlers: every header with its suffix; blocked for blockDuration', async (t) => {
       const time = { now: T0 };
       const s = await serve({
         throttlers: [{ name: 'short', ttl: 60_000, limit: 2 }, { name: 'long', ttl: 3_600_000, limit: 5 }],
@@ -109,12 +109,12 @@ for (const [clientName, client] of Object.entries(clients)) {
       time.now = T0 + 24_000_000;
       const blocked = await request(`${s.url}/ok`);
       assert.equal(blocked.status, 429);
-      assert.equal(blocked.headers['retry-after-short'], '36');
-      time.now = T0 + 59_999_000;
-      assert.equal((await request(`${s.url}/ok`)).status, 429, 'still blocked 1 ms before the hits at T0 leave the short window');
-      time.now = T0 + 60_000_000;
+      assert.equal(blocked.headers['retry-after-short'], '60', 'blockDuration (default: ttl) from the hit that went over');
+      time.now = T0 + 83_999_000;
+      assert.equal((await request(`${s.url}/ok`)).status, 429, 'still blocked 1 ms before the block ends');
+      time.now = T0 + 84_000_000;
       const again = await request(`${s.url}/ok`);
-      assert.equal(again.status, 200, 'admitted once the short window has passed');
+      assert.equal(again.status, 200, 'admitted once the block has ended');
       assert.equal(again.headers['x-ratelimit-remaining-long'], '2', 'the refused requests took nothing from the long limit');
     });
 
@@ -123,8 +123,9 @@ for (const [clientName, client] of Object.entries(clients)) {
       const s = await serve({ throttlers: [{ ttl: 60_000, limit: 1 }], storage: storage({ algorithm: 'fixed', prefix }) });
       t.after(s.close);
       assert.deepEqual([(await request(`${s.url}/ok`)).status, (await request(`${s.url}/ok`)).status], [200, 429]);
-      const [key] = await server.command('KEYS', `${prefix}*`);
-      assert.equal(await server.command('TYPE', key), 'thr-fixed');
+      const keys = await server.command('KEYS', `${prefix}*`);
+      const types = await Promise.all(keys.sort().map((key) => server.command('TYPE', key)));
+      assert.deepEqual(types, ['thr-fixed', 'thr-fixed', 'thr-fixed'], 'the limit, its log and its window');
     });
 
     it('a flood of 200 concurrent requests admits exactly the limit', async (t) => {
@@ -134,6 +135,65 @@ for (const [clientName, client] of Object.entries(clients)) {
     });
   });
 }
+
+/** A storage that records what `inner` answers the guard, request by request. */
+function recording(inner) {
+  const answers = [];
+  return {
+    answers,
+    increment: async (...args) => {
+      const answer = await inner.increment(...args);
+      answers.push({ ...answer });
+      return answer;
+    },
+    onApplicationShutdown: () => inner.onApplicationShutdown?.(),
+  };
+}
+
+describe("side by side with Nest's own in-memory storage (ThrottlerStorageService), time driven on both sides", () => {
+  // Both apps get the same requests at the same (mocked) Date.now(); the
+  // module's storage takes the same time as its clock (AT).
+  const START_MS = T0 / 1000;
+  const times = [0, 1000, 2000, 3000, 5000, 9000, 10_000, 11_500, 12_999, 13_000, 20_000, 27_999, 28_000, 29_000, 30_000, 31_000, 31_500, 45_000, 59_000, 60_000, 61_000];
+  const cases = {
+    'blockDuration longer than ttl': { ttl: 10_000, limit: 3, blockDuration: 25_000 },
+    'blockDuration unset (ttl)': { ttl: 10_000, limit: 3 },
+    'blockDuration shorter than ttl': { ttl: 10_000, limit: 3, blockDuration: 4000 },
+    'blockDuration 0': { ttl: 10_000, limit: 2, blockDuration: 0 },
+  };
+  for (const [clientName, client] of Object.entries(clients)) {
+    for (const [name, throttler] of Object.entries(cases)) {
+      it(`${clientName}, ${name}: the same four fields for every hit, the same status and headers`, async (t) => {
+        mock.timers.enable({ apis: ['Date'], now: START_MS });
+        t.after(() => mock.timers.reset());
+        const theirs = recording(new ThrottlerStorageService());
+        const ours = recording(new NestStorage(client(), { prefix: `nest:side:${clientName}:${name}:`, clock: () => Date.now() * 1000 }));
+        const a = await serve({ throttlers: [throttler], storage: theirs });
+        t.after(a.close);
+        const b = await serve({ throttlers: [throttler], storage: ours });
+        t.after(b.close);
+        const headers = (r) => Object.fromEntries(Object.entries(r.headers).filter(([k]) => /^(x-ratelimit|retry-after)/.test(k)));
+        for (const ms of times) {
+          mock.timers.setTime(START_MS + ms);
+          const [x, y] = [await request(`${a.url}/ok`), await request(`${b.url}/ok`)];
+          assert.equal(y.status, x.status, `status at ${ms} ms`);
+          assert.deepEqual(headers(y), headers(x), `headers at ${ms} ms`);
+        }
+        assert.equal(ours.answers.length, times.length);
+        for (const [i, ms] of times.entries()) {
+          const mine = ours.answers[i];
+          const nest = theirs.answers[i];
+          // Nest's storage answers a negative timeToBlockExpire while not
+          // blocked (seconds since its last block ended, or since 1970),
+          // which its guard never reads: this storage answers 0.
+          if (!nest.isBlocked) nest.timeToBlockExpire = 0;
+          assert.deepEqual(mine, nest, `the answer at ${ms} ms`);
+        }
+        assert.ok(theirs.answers.some((r) => r.isBlocked), 'the sequence blocks');
+      });
+    }
+  }
+});
 
 describe('NestStorage options', () => {
   it('refuses an option or a client it cannot use, by name', () => {

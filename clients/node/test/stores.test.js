@@ -6,9 +6,14 @@
 // reset_after in the server's real time, whatever the clock says: every
 // window here is a minute or more, so that none ends between two calls.
 import assert from 'node:assert/strict';
-import { describe, it } from 'node:test';
-import { ExpressStore, NestStorage, createFastifyStore } from 'redis-throttle';
+import { describe, it, mock } from 'node:test';
+import { createRequire } from 'node:module';
+import { ExpressStore, NestStorage, RateLimiterThrottle, createFastifyStore } from 'redis-throttle';
 import { serverWithClients } from './support/redis.js';
+import { ThrottlerStorageService } from '@nestjs/throttler';
+
+/** @fastify/rate-limit's in-memory store, the reference for the fastify store's answers. */
+const LocalStore = createRequire(import.meta.url)('@fastify/rate-limit/store/LocalStore.js');
 
 const T0 = 1_700_000_000_000_000; // Unix µs
 const at = (ms) => T0 + ms * 1000;
@@ -121,29 +126,108 @@ for (const [clientName, client] of Object.entries(clients)) {
       assert.deepEqual(await call(store, 'incr', 'k', 60_000, 0), { current: 1, ttl: 60_000 }, 'max 0 refuses without a command');
     });
 
-    it('refuses the options that count refused requests, at construction', () => {
-      const Store = createFastifyStore(client(), { prefix: `fastify:${clientName}:${n++}:` });
-      assert.throws(() => new Store({ continueExceeding: true }), /does not support continueExceeding/);
-      assert.throws(() => new Store({ ban: 3 }), /does not support ban: 3/);
-      const store = new Store({ ban: 0 });
-      assert.throws(() => store.child({ exponentialBackoff: true, routeInfo: {} }), /does not support exponentialBackoff/);
+    // The plugin's own in-memory store (store/LocalStore.js), on the same
+    // sequence of hits with Date.now() at the same times: fastify's
+    // `current` (refused requests counted) and `ttl`, request by request.
+    const sideBySide = async (params, max, timeWindow, times) => {
+      const time = movingClock();
+      const Store = createFastifyStore(client(), { prefix: `fastify:${clientName}:${n++}:`, clock: time.clock });
+      const ours = new Store({ global: true, ban: -1, ...params });
+      const theirs = new LocalStore(params.continueExceeding ?? false, params.exponentialBackoff ?? false);
+      const seen = [];
+      mock.timers.enable({ apis: ['Date'], now: T0 / 1000 });
+      try {
+        for (const ms of times) {
+          time.now = at(ms);
+          mock.timers.setTime(T0 / 1000 + ms);
+          const local = await call(theirs, 'incr', 'k', timeWindow, max);
+          seen.push([ms, await call(ours, 'incr', 'k', timeWindow, max), { current: local.current, ttl: local.ttl }]);
+        }
+      } finally {
+        mock.timers.reset();
+      }
+      for (const [ms, mine, local] of seen) assert.deepEqual(mine, local, `at ${ms} ms`);
+      return seen.map(([, mine]) => mine);
+    };
+
+    it('ban: refused requests count in the window (TALLY), as in the plugin\'s own stores', async () => {
+      const seen = await sideBySide({ ban: 2 }, 2, 60_000, [0, 1000, 2000, 3000, 4000, 5000, 59_000, 60_000]);
+      assert.deepEqual(seen.map((r) => r.current), [1, 2, 3, 4, 5, 6, 7, 1]);
+    });
+
+    it('continueExceeding: each refused request restarts the window (BAN RENEW)', async () => {
+      const seen = await sideBySide({ continueExceeding: true }, 1, 60_000, [0, 10_000, 50_000, 109_000, 168_999, 169_000]);
+      assert.deepEqual(seen, [1, 2, 3, 4, 5, 6].map((current) => ({ current, ttl: 60_000 })), 'a minute from each refused request');
+      const fresh = await sideBySide({ continueExceeding: true }, 1, 60_000, [0, 1000, 61_000, 62_000]);
+      assert.deepEqual(fresh.map((r) => r.current), [1, 2, 1, 2], 'a minute without a refused request: a fresh window');
+    });
+
+    it('exponentialBackoff: each refused request doubles the ban (BAN BACKOFF), as the plugin\'s Redis store\'s PEXPIRE', async () => {
+      // The plugin's LocalStore ends an item after timeWindow whatever its
+      // doubled ttl says; its Redis store, which this one replaces, keeps the
+      // key for the doubled ttl: these are that store's answers.
+      const time = movingClock();
+      const Store = createFastifyStore(client(), { prefix: `fastify:${clientName}:${n++}:`, clock: time.clock });
+      const store = new Store({ global: true, ban: -1, exponentialBackoff: true });
+      const seen = [];
+      for (const ms of [0, 1000, 2000, 3000, 4000, 83_999, 84_000]) {
+        time.now = at(ms);
+        seen.push(await call(store, 'incr', 'k', 10_000, 1));
+      }
+      assert.deepEqual(seen, [
+        { current: 1, ttl: 10_000 },
+        { current: 2, ttl: 10_000 },
+        { current: 3, ttl: 20_000 },
+        { current: 4, ttl: 40_000 },
+        { current: 5, ttl: 80_000 },
+        { current: 6, ttl: 160_000 },
+        { current: 7, ttl: 320_000 },
+      ]);
+      time.now = at(84_000 + 320_000);
+      assert.deepEqual(await call(store, 'incr', 'k', 10_000, 1), { current: 1, ttl: 10_000 }, 'the ban ended: a fresh window');
+      assert.deepEqual(await call(store, 'read', 'k', 10_000, 1), { current: 1, ttl: 10_000 }, 'read: a peek');
+    });
+
+    it('every penalty option on a route child, and on another algorithm', async () => {
+      const time = movingClock();
+      const prefix = `fastify:${clientName}:${n++}:`;
+      const Store = createFastifyStore(client(), { prefix, algorithm: 'token', clock: time.clock });
+      const child = new Store({ global: true, ban: -1 }).child({ ban: -1, continueExceeding: true, routeInfo: { method: 'GET', url: '/r' } });
+      assert.deepEqual(await call(child, 'incr', 'k', 60_000, 1), { current: 1, ttl: 60_000 });
+      assert.deepEqual(await call(child, 'incr', 'k', 60_000, 1), { current: 2, ttl: 60_000 });
+      time.now = at(30_000);
+      // A bucket keeps no more than its burst: refused requests answer max + 1 there.
+      assert.deepEqual(await call(child, 'incr', 'k', 60_000, 1), { current: 2, ttl: 60_000 }, 'renewed');
+      assert.deepEqual(await call(child, 'read', 'k', 60_000, 1), { current: 2, ttl: 60_000 }, 'read: in the ban');
+      assert.equal(await server.command('TYPE', `${prefix}GET/r-k`), 'thr-token');
     });
   });
 
   describe(`NestStorage, ${clientName}`, () => {
     let n = 0;
 
-    it('increment: the limit, then blocked until the module admits again (sliding-exact)', async () => {
-      const time = movingClock();
-      const storage = new NestStorage(client(), { prefix: `nest:${clientName}:${n++}:`, clock: time.clock });
-      const hit = () => storage.increment('k', 60_000, 2, 60_000, 'default');
-      assert.deepEqual(await hit(), { totalHits: 1, timeToExpire: 60, isBlocked: false, timeToBlockExpire: 0 });
-      time.now = at(20_000);
-      assert.deepEqual(await hit(), { totalHits: 2, timeToExpire: 60, isBlocked: false, timeToBlockExpire: 0 });
-      time.now = at(30_000);
-      assert.deepEqual(await hit(), { totalHits: 3, timeToExpire: 50, isBlocked: true, timeToBlockExpire: 30 });
-      time.now = at(60_000);
-      assert.deepEqual(await hit(), { totalHits: 2, timeToExpire: 60, isBlocked: false, timeToBlockExpire: 0 }, 'the first hit has left the window');
+    it("increment: Nest's own storage's answers, called with Date.now() at the same times (blockDuration longer, shorter, 0)", async (t) => {
+      for (const [limit, blockDuration] of [[2, 90_000], [2, 20_000], [2, 0]]) {
+        const time = movingClock();
+        const storage = new NestStorage(client(), { prefix: `nest:${clientName}:${n++}:`, clock: time.clock });
+        const theirs = new ThrottlerStorageService();
+        mock.timers.enable({ apis: ['Date'], now: T0 / 1000 });
+        const seen = [];
+        try {
+          for (const ms of [0, 20_000, 30_000, 40_000, 55_000, 60_000, 80_000, 89_999, 90_000, 120_000, 125_000]) {
+            time.now = at(ms);
+            mock.timers.setTime(T0 / 1000 + ms);
+            const nest = await theirs.increment('k', 60_000, limit, blockDuration, 'default');
+            if (!nest.isBlocked) nest.timeToBlockExpire = 0; // Nest's: a negative number the guard never reads
+            seen.push([ms, await storage.increment('k', 60_000, limit, blockDuration, 'default'), { ...nest }]);
+          }
+        } finally {
+          mock.timers.reset();
+          theirs.onApplicationShutdown();
+        }
+        for (const [ms, mine, nest] of seen) assert.deepEqual(mine, nest, `blockDuration ${blockDuration}, at ${ms} ms`);
+        assert.ok(seen.some(([, , nest]) => nest.isBlocked));
+      }
     });
 
     it('another algorithm: fixed window; limit 0 blocks without a command', async () => {
@@ -151,9 +235,64 @@ for (const [clientName, client] of Object.entries(clients)) {
       const storage = new NestStorage(client(), { prefix, algorithm: 'fixed', clock: () => T0 });
       assert.equal((await storage.increment('k', 600_000, 1, 0, 'default')).isBlocked, false);
       assert.deepEqual(await storage.increment('k', 600_000, 1, 0, 'default'), { totalHits: 2, timeToExpire: 600, isBlocked: true, timeToBlockExpire: 600 });
-      assert.equal(await server.command('TYPE', `${prefix}k`), 'thr-fixed');
+      assert.equal(await server.command('TYPE', `${prefix}{k}`), 'thr-fixed');
       assert.deepEqual(await storage.increment('z', 600_000, 0, 0, 'default'), { totalHits: 1, timeToExpire: 600, isBlocked: true, timeToBlockExpire: 600 });
-      assert.equal(await server.command('EXISTS', `${prefix}z`), 0);
+      assert.deepEqual(await server.command('KEYS', `${prefix}*z*`), []);
+    });
+  });
+
+  describe(`RateLimiterThrottle, ${clientName}`, () => {
+    let n = 0;
+    const limiter = (options = {}) => {
+      const time = movingClock();
+      const l = new RateLimiterThrottle({ storeClient: client(), keyPrefix: `rlf:${clientName}:${n++}`, clock: time.clock, ...options });
+      return { l, time };
+    };
+    const res = (r) => ({ remainingPoints: r.remainingPoints, msBeforeNext: r.msBeforeNext, consumedPoints: r.consumedPoints, isFirstInDuration: r.isFirstInDuration });
+    const rejected = async (promise) => res(await promise.then((r) => assert.fail(`resolved ${r}`), (r) => r));
+
+    it('consume: resolves under points, rejects past them and counts the refused points; a key per limiter, of the module\'s type', async () => {
+      const { l, time } = limiter({ points: 3, duration: 60 });
+      assert.deepEqual(res(await l.consume('ip', 2)), { remainingPoints: 1, msBeforeNext: 60_000, consumedPoints: 2, isFirstInDuration: true });
+      time.now = at(15_000);
+      assert.deepEqual(res(await l.consume('ip')), { remainingPoints: 0, msBeforeNext: 45_000, consumedPoints: 3, isFirstInDuration: false });
+      assert.deepEqual(await rejected(l.consume('ip', 2)), { remainingPoints: 0, msBeforeNext: 45_000, consumedPoints: 5, isFirstInDuration: false });
+      assert.equal(await server.command('TYPE', l.getKey('ip')), 'thr-fixed');
+      time.now = at(60_000);
+      assert.deepEqual(res(await l.consume('ip')), { remainingPoints: 2, msBeforeNext: 60_000, consumedPoints: 1, isFirstInDuration: true }, 'a new window');
+    });
+
+    it('blockDuration: the consume past points bans the key (BAN) in the same command', async () => {
+      const { l, time } = limiter({ points: 2, duration: 60, blockDuration: 600 });
+      await l.consume('ip', 2);
+      assert.deepEqual(await rejected(l.consume('ip')), { remainingPoints: 0, msBeforeNext: 600_000, consumedPoints: 3, isFirstInDuration: false });
+      time.now = at(120_000);
+      assert.deepEqual(await rejected(l.consume('ip')), { remainingPoints: 0, msBeforeNext: 480_000, consumedPoints: 4, isFirstInDuration: false }, 'still banned after the window');
+      time.now = at(600_000);
+      assert.equal((await l.consume('ip')).consumedPoints, 1, 'the ban ended: a fresh key');
+    });
+
+    it('penalty, reward, block, get, set and delete', async () => {
+      const { l, time } = limiter({ points: 5, duration: 60 });
+      assert.equal(await l.get('k'), null);
+      assert.deepEqual(res(await l.penalty('k', 7)), { remainingPoints: 0, msBeforeNext: 60_000, consumedPoints: 7, isFirstInDuration: true });
+      time.now = at(10_000);
+      assert.deepEqual(res(await l.reward('k', 4)), { remainingPoints: 2, msBeforeNext: 50_000, consumedPoints: 3, isFirstInDuration: false });
+      assert.deepEqual(res(await l.get('k')), { remainingPoints: 2, msBeforeNext: 50_000, consumedPoints: 3, isFirstInDuration: false });
+      assert.deepEqual(res(await l.block('k', 300)), { remainingPoints: 0, msBeforeNext: 300_000, consumedPoints: 6, isFirstInDuration: false });
+      time.now = at(70_000);
+      assert.deepEqual(res(await l.get('k')), { remainingPoints: 0, msBeforeNext: 240_000, consumedPoints: 6, isFirstInDuration: false }, 'banned');
+      assert.equal(await l.delete('k'), true);
+      assert.equal(await l.delete('k'), false);
+      assert.deepEqual(res(await l.set('k', 4, 60)), { remainingPoints: 0, msBeforeNext: 60_000, consumedPoints: 4, isFirstInDuration: false });
+      assert.deepEqual(res(await l.get('k')), { remainingPoints: 1, msBeforeNext: 60_000, consumedPoints: 4, isFirstInDuration: false });
+    });
+
+    it('refuses an option it does not take, by name', () => {
+      assert.throws(() => new RateLimiterThrottle({ storeClient: client(), points: 1, customIncrTtlLuaScript: 'return 1' }), /does not support the option customIncrTtlLuaScript \(the module replaces the Lua script/);
+      assert.throws(() => new RateLimiterThrottle({ storeClient: client(), points: 1, clock: 5 }), /clock must be a function/);
+      assert.throws(() => new RateLimiterThrottle({ points: 1, duration: 1 }), /storeClient is not set/);
+      assert.throws(() => new RateLimiterThrottle({ storeClient: {}, points: 1, duration: 1 }), /expected a node-redis client or cluster/);
     });
   });
 }

@@ -14,15 +14,14 @@ classes register the schemes they name in STORAGE_SCHEME), so that
   ``async+throttle+cluster://...``: the asyncio twins
 
 Every storage call is one command: the window strategies' decisions are
-THROTTLE.FIXED, THROTTLE.SLIDING ... EXACT and THROTTLE.SLIDING; their
-statistics THROTTLE.INFO, a peek (COST 0) or PTTL. No script, no
+THROTTLE.FIXED, THROTTLE.SLIDING ... EXACT and THROTTLE.SLIDING ... FLOOR;
+their statistics THROTTLE.INFO and PTTL, or a peek (COST 0 ... DETAIL). No script, no
 read-then-write. The package README lists where this differs from limits'
 own Redis storage.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Any, List, Optional, Tuple
 
@@ -63,8 +62,18 @@ def _expiry(pttl: Any) -> float:
 
 
 def _sliding(key: str, limit: int, expiry: int, amount: int, exact: bool) -> Tuple[Any, ...]:
-    args: Tuple[Any, ...] = ("THROTTLE.SLIDING", key, limit, period_arg(expiry), "COST", amount)
-    return args + ("EXACT",) if exact else args
+    """A hit (or with amount 0 a peek) of limits' moving window (``exact``) or sliding window counter.
+
+    The counter runs with FLOOR: the previous window's weighted share counts in whole units, rounded down, as
+    limits counts it, so a client keeping exactly to the rate is admitted every time, as with limits' own
+    storages.
+    """
+    return ("THROTTLE.SLIDING", key, limit, period_arg(expiry), "COST", amount, "EXACT" if exact else "FLOOR")
+
+
+def _peek(key: str, limit: int, expiry: int, exact: bool) -> Tuple[Any, ...]:
+    """A COST 0 peek with DETAIL: what the key counts now, and when one more unit is admissible."""
+    return _sliding(key, limit, expiry, 0, exact) + ("DETAIL",)
 
 
 def _allowed(reply: Any) -> bool:
@@ -72,44 +81,35 @@ def _allowed(reply: Any) -> bool:
 
 
 def _moving_window(reply: Any, expiry: int) -> Tuple[float, int]:
-    """(start, entries) for limits' moving window from a COST 0 peek of SLIDING EXACT.
+    """(start, entries) for limits' moving window from a COST 0 ... EXACT DETAIL peek.
 
-    The peek tells how many units the log holds and when it empties (reset_after),
-    not when its oldest entry leaves: ``start`` is the newest entry's time, so
-    limits' reset time (start + expiry) is when the whole window is free again.
+    limits' reset time is ``start + expiry``, the moment the oldest entry still in the window leaves it: the
+    peek's ``next_free`` is exactly how long that is from now.
     """
     decision = Decision.from_reply(reply)
     count = decision.limit - decision.remaining
     now = time.time()
-    if count <= 0:
+    if count <= 0 or decision.next_free is None:
         return now, 0
-    return now + decision.reset_after - expiry, count
+    return now + decision.next_free - expiry, count
 
 
 def _sliding_window(reply: Any, expiry: int) -> Tuple[int, float, int, float]:
-    """limits' (previous count, previous TTL, current count, current TTL) from THROTTLE.INFO.
+    """limits' (previous count, previous TTL, current count, current TTL) from a COST 0 ... FLOOR DETAIL peek.
 
-    INFO reports the stored windows (their start, period and counts) and the
-    weighted count now (``used``, rounded up as the module decides with it) and
-    when the key goes idle (``reset_after``, on the server's clock, which also
-    gives the server's "now"). The current count returned is chosen so that
-    limits' own arithmetic, floor(previous * previous TTL / expiry + current),
-    gives exactly the module's ``used``: its remaining is then the module's.
+    limits computes the remaining units as ``limit - floor(previous * previous TTL / expiry + current)`` and
+    the reset as ``now + min(previous TTL % (expiry / previous), current TTL % expiry)``: the time until one
+    more unit is admissible. The peek (under the largest limit) gives both exactly, as the module counts
+    them: ``hits`` (the units the key counts now, the previous window's share rounded down) and
+    ``next_free``. They are handed over as a current window that counts ``hits`` and frees its next unit in
+    ``next_free``, so limits' arithmetic gives them back. ``next_free`` is at most a period (rounded up to the
+    ms, a whole period in a window's first ms): kept a ms below it, so that ``% expiry`` does not make it 0.
     """
-    info = info_from_reply(reply)
-    if not info or info.get("algorithm") != "sliding" or not info["used"] or info["reset_after"] <= 0:
+    decision = Decision.from_reply(reply)
+    used = decision.limit - decision.remaining
+    if used <= 0 or not decision.next_free:
         return 0, 0.0, 0, 0.0
-    period = int(info["period_ms"]) / 1000
-    start = int(info["window_start"]) / 1_000_000
-    previous, current = int(info["previous"]), int(info["current"])
-    # A count in the current window keeps the key two periods from its start, one in the previous one.
-    now = start + (2 * period if current else period) - int(info["reset_after"]) / 1000
-    if now >= start + period:  # the stored current window has ended: it is the previous one now
-        previous, current, start = current, 0, start + period
-    previous_ttl = max(0.0, start + period - now)  # how much of the rolling window the previous one still covers
-    current_ttl = start + 2 * period - now  # limits' current key lives to its window's end plus one period
-    weighted = previous * previous_ttl / expiry
-    return previous, previous_ttl, max(0, int(info["used"]) - math.floor(weighted)), current_ttl
+    return 0, 0.0, used, expiry + min(decision.next_free, expiry - 0.001)
 
 
 def _pattern(prefix: str) -> str:
@@ -237,13 +237,14 @@ class ThrottleStorage(
         return _allowed(self._execute(*_sliding(self.prefixed_key(key), limit, expiry, amount, exact=True)))
 
     def get_moving_window(self, key: str, limit: int, expiry: int) -> Tuple[float, int]:
-        return _moving_window(self._execute(*_sliding(self.prefixed_key(key), limit, expiry, 0, exact=True)), expiry)
+        return _moving_window(self._execute(*_peek(self.prefixed_key(key), limit, expiry, exact=True)), expiry)
 
     def acquire_sliding_window_entry(self, key: str, limit: int, expiry: int, amount: int = 1) -> bool:
         return _allowed(self._execute(*_sliding(self._sliding_key(key), limit, expiry, amount, exact=False)))
 
     def get_sliding_window(self, key: str, expiry: int) -> Tuple[int, float, int, float]:
-        return _sliding_window(self._execute("THROTTLE.INFO", self._sliding_key(key)), expiry)
+        peek = _peek(self._sliding_key(key), UNBOUNDED, expiry, exact=False)
+        return _sliding_window(self._execute(*peek), expiry)
 
     def clear(self, key: str) -> None:
         self.storage.delete(self.prefixed_key(key))
@@ -336,13 +337,14 @@ class AsyncThrottleStorage(
         return _allowed(await self._execute(*_sliding(self.prefixed_key(key), limit, expiry, amount, exact=True)))
 
     async def get_moving_window(self, key: str, limit: int, expiry: int) -> Tuple[float, int]:
-        return _moving_window(await self._execute(*_sliding(self.prefixed_key(key), limit, expiry, 0, exact=True)), expiry)
+        return _moving_window(await self._execute(*_peek(self.prefixed_key(key), limit, expiry, exact=True)), expiry)
 
     async def acquire_sliding_window_entry(self, key: str, limit: int, expiry: int, amount: int = 1) -> bool:
         return _allowed(await self._execute(*_sliding(self._sliding_key(key), limit, expiry, amount, exact=False)))
 
     async def get_sliding_window(self, key: str, expiry: int) -> Tuple[int, float, int, float]:
-        return _sliding_window(await self._execute("THROTTLE.INFO", self._sliding_key(key)), expiry)
+        peek = _peek(self._sliding_key(key), UNBOUNDED, expiry, exact=False)
+        return _sliding_window(await self._execute(*peek), expiry)
 
     async def clear(self, key: str) -> None:
         await self.storage.delete(self.prefixed_key(key))

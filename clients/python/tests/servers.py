@@ -191,9 +191,11 @@ class Cluster:
                 self.nodes.append(RedisServer(extra=options, tls=tls))
             ranges = [(0, 5460), (5461, 10922), (10923, 16383)]
             for node, (first, last) in zip(self.nodes, ranges):
-                node.client().execute_command("CLUSTER", "ADDSLOTSRANGE", first, last)
-            for node in self.nodes[1:]:
-                self.nodes[0].client().execute_command("CLUSTER", "MEET", "127.0.0.1", node.port)
+                with node.client() as client:
+                    client.execute_command("CLUSTER", "ADDSLOTSRANGE", first, last)
+            with self.nodes[0].client() as first_node:
+                for node in self.nodes[1:]:
+                    first_node.execute_command("CLUSTER", "MEET", "127.0.0.1", node.port)
             deadline = time.monotonic() + 30
             while not all(self._ok(node) for node in self.nodes):
                 if time.monotonic() > deadline:
@@ -205,7 +207,8 @@ class Cluster:
 
     @staticmethod
     def _ok(node: RedisServer) -> bool:
-        info = node.client().cluster("info")
+        with node.client() as client:
+            info = client.cluster("info")
         return info.get("cluster_state") == "ok" and int(info.get("cluster_known_nodes", 0)) == 3
 
     @property
@@ -218,7 +221,8 @@ class Cluster:
 
     def flush(self) -> None:
         for node in self.nodes:
-            node.client().flushall()
+            with node.client() as client:
+                client.flushall()
 
     def stop(self) -> None:
         for node in self.nodes:

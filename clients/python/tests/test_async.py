@@ -38,6 +38,33 @@ async def test_every_method(throttle):
     assert await throttle.info("nothing") is None
 
 
+async def test_penalties_floor_and_detail(throttle):
+    """The same options as Throttle's, over both protocols."""
+    assert await throttle.fixed("p", 1, "1m", ban="15m", at=T0)
+    assert await throttle.fixed("p", 1, "1m", ban="15m", detail=True, at=T0 + 1) == Decision(
+        False, 1, 0, 900.0, 900.0, hits=1, banned=900.0, next_free=900.0)
+    assert not await throttle.sliding("p2", 1, 1, cost=0, ban=60, ban_now=True, at=T0)
+    assert (await throttle.token("p3", 2, 1, cost=5, force=True, detail=True, at=T0)).hits == 2  # at most a burst
+    assert (await throttle.leaky("p4", 2, 1, cost=3, tally=10, detail=True, at=T0)).hits == 2  # refused, counted
+    assert [(await throttle.sliding("f", 1, 1, floor=True, at=T0 + i + 0.1)).allowed for i in range(3)] == [True] * 3
+    spec = Spec.fixed("{b}:1", 1, 1, ban=30, renew=True)
+    await throttle.all(spec, at=T0)
+    refused = await throttle.all(spec, detail=True, at=T0)
+    assert refused.decisions[0].banned == 30.0
+    with pytest.raises(ValueError, match="renew shapes a ban"):
+        await throttle.fixed("p", 1, 1, renew=True)
+
+
+async def test_a_clock_sends_every_call_its_time(server, r):
+    now = [T0]
+    client = redis.asyncio.Redis(host="127.0.0.1", port=server.port)
+    throttle = AsyncThrottle(client, clock=lambda: now[0])
+    assert await throttle.fixed("c", 1, "1m")
+    now[0] += 30
+    assert (await throttle.fixed("c", 1, "1m")).retry_after == 30.0
+    await client.aclose()
+
+
 async def test_block_lets_other_tasks_run(throttle, server):
     """While one task's call waits on the server, another task runs: it sees the call blocked there and
     refunds the unit, which admits the waiting call. Had the wait held up the event loop, no refund would

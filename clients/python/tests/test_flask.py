@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import time
+from typing import Dict, List
 
 import pytest
 from flask import Flask
@@ -58,16 +59,13 @@ def test_headers_side_by_side(server, r, strategy):
     # Unix epoch: those only for throttle://.
     for run_, own in ((a, True), (b, False)):
         first_sent, first_answered = run_[0][2]
-        newest_sent, newest_answered = run_[2][2]  # the last admitted request
         for _, headers, (sent, answered) in run_:
             reset = int(headers["X-RateLimit-Reset"])
             if strategy == "sliding-window-counter":
                 if own:
                     assert reset in {(int(t) // 60 + 1) * 60 + 1 for t in (first_sent, answered)}
-            elif strategy == "fixed-window" or not own:  # a minute after the first request
+            else:  # fixed and moving window: a minute after the first request, the oldest in the window
                 assert int(first_sent) + 60 <= reset <= int(first_answered) + 62
-            else:  # moving window here: a minute after the newest admitted request (see the README)
-                assert int(min(newest_sent, sent)) + 60 <= reset <= int(min(newest_answered, answered)) + 62
             assert reset - answered - 1 <= int(headers["Retry-After"]) <= reset - sent + 1
 
 
@@ -113,3 +111,53 @@ def test_window_passes(server, r):
     while r.exists(key):
         time.sleep(0.01)
     assert client.get("/").status_code == 200
+
+
+def one_per_second(storage_uri):
+    app = Flask(__name__)
+    limiter = Limiter(get_remote_address, app=app, storage_uri=storage_uri, strategy="sliding-window-counter")
+
+    @app.route("/")
+    @limiter.limit("1/second")
+    def index():
+        return "ok"
+
+    return app.test_client()
+
+
+def until(moment):
+    """Sleeps until the clock reads `moment` (at least: sleep never wakes early)."""
+    while time.time() < moment:
+        time.sleep(max(0.0, moment - time.time()))
+
+
+def test_a_client_keeping_to_one_per_second_is_admitted_every_time(server, r):
+    """The sliding window counter under "1/second", one request a second at the same phase: limits counts the
+    previous window's weighted share rounded down (a request there 0.9 s ago weighs 0.9, counted 0), so it
+    admits every request; so does throttle:// (the module's FLOOR), where the exact estimate would refuse every
+    other one (test_penalties.py shows that, at= driven). Side by side with limits' own redis:// storage.
+
+    Real time, as the storages use the server's clock: throttle://'s windows are aligned on the Unix epoch, so
+    its requests go 0.1 s into consecutive seconds; redis://'s start at its first request, so each of its
+    requests goes at least k seconds after the first one was answered. What the outcome rests on is asserted,
+    from when each request was sent and answered, not assumed."""
+    ours, theirs = one_per_second(f"throttle://{server.url}"), one_per_second(f"redis://{server.url}")
+    statuses: Dict[str, List[int]] = {"throttle": [], "redis": []}
+    base = math.ceil(time.time()) + 0.1
+    first_redis = (0.0, 0.0)
+    for k in range(4):
+        until(base + k)
+        sent = time.time()
+        statuses["throttle"].append(ours.get("/").status_code)
+        answered = time.time()
+        # decided inside second k, 0.1 s or more after it began
+        assert int(sent) == int(answered) == int(base) + k, "a request took most of a second: cannot tell"
+        if k:
+            until(first_redis[1] + k + 0.01)  # inside redis://'s k-th window, past its PTTL's rounding
+        sent = time.time()
+        statuses["redis"].append(theirs.get("/").status_code)
+        answered = time.time()
+        if k == 0:
+            first_redis = (sent, answered)
+        assert answered < first_redis[0] + k + 1, "a request took most of a second: cannot tell"
+    assert statuses == {"throttle": [200] * 4, "redis": [200] * 4}

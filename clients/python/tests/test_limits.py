@@ -99,7 +99,7 @@ def test_one_module_command_per_call(storage, r, strategy):
     expected = {
         "fixed-window": ({"throttle.fixed": 1}, {"throttle.info": 1, "pttl": 1}),
         "moving-window": ({"throttle.sliding": 1}, {"throttle.sliding": 1}),
-        "sliding-window-counter": ({"throttle.sliding": 1}, {"throttle.info": 1}),
+        "sliding-window-counter": ({"throttle.sliding": 1}, {"throttle.sliding": 1}),
     }[strategy]
     assert (hit, stats) == expected
 
@@ -116,6 +116,30 @@ def test_window_resets(storage, r):
         while r.exists(key):
             time.sleep(0.01)
         assert limiter.hit(item, name)
+
+
+def test_moving_window_resets_when_its_oldest_hit_leaves(storage, r):
+    """limits' reset time for a moving window is when the oldest hit still in it leaves (a unit is free
+    again then), not when the newest does. The hits, and the stats call, are each bracketed by when they were
+    sent and answered; the hits' brackets are apart, so the reset can only match the first."""
+    limiter = MovingWindowRateLimiter(storage)
+    item = RateLimitItemPerMinute(2)
+    sent, first = time.time(), limiter.hit(item, "m")
+    answered = time.time()
+    while time.time() < answered + 0.2:  # the second hit at least 200 ms later
+        time.sleep(0.2)
+    later = time.time()
+    assert first and limiter.hit(item, "m") and not limiter.hit(item, "m")
+    asked = time.time()
+    stats = limiter.get_window_stats(item, "m")
+    told = time.time()
+    # reset = the time limits reads after the reply + the server's ms (rounded up) until the first hit leaves
+    latest = answered + 60 + 0.001 + (told - asked)
+    assert latest < later + 60, "the stats call took longer than the gap between the hits: cannot tell"
+    assert stats.remaining == 0 and sent + 60 <= stats.reset_time <= latest
+    r.config_resetstat()  # the stats are one peek with DETAIL
+    limiter.get_window_stats(item, "m")
+    assert commands(r) == {"throttle.sliding": 1}
 
 
 def test_sliding_window_counter_stats_match_the_module(storage, r):

@@ -81,8 +81,9 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Connection for Plain<C> 
 /// # }
 /// ```
 ///
-/// Leases (`THROTTLE.ACQUIRE`, `THROTTLE.RELEASE`, `THROTTLE.RENEW`, a
-/// counting semaphore) will be methods here once the module has them.
+/// Leases (a counting semaphore whose slots end by themselves):
+/// [`acquire`](Throttle::acquire), [`release`](Throttle::release),
+/// [`renew`](Throttle::renew) and [`with_lease`](Throttle::with_lease).
 #[derive(Clone, Debug)]
 pub struct Throttle<C> {
     conn: C,
@@ -102,8 +103,13 @@ impl<C: Connection> Throttle<C> {
     async fn send(&self, command: &'static str, key: &str, args: Vec<String>) -> Result<Value, Error> {
         let mut cmd = redis::cmd(command);
         cmd.arg(args);
+        self.query(command, key, &cmd).await
+    }
+
+    /// Sends `cmd` (the command `command`, on `key`) and returns its reply.
+    pub(crate) async fn query(&self, command: &'static str, key: &str, cmd: &Cmd) -> Result<Value, Error> {
         let mut conn = self.conn.clone();
-        conn.send(&cmd, key).await.map_err(|e| Error::from_redis(command, e))
+        conn.send(cmd, key).await.map_err(|e| Error::from_redis(command, e))
     }
 
     /// `limit` on `key` with `options`: the command the limit's algorithm
@@ -236,8 +242,9 @@ impl<C: Connection> Throttle<C> {
         reply::all(&reply, specs.len(), options.wants_detail())
     }
 
-    /// `THROTTLE.INFO key`: the key's algorithm and state now, or `None`
-    /// for a missing key. Changes nothing.
+    /// `THROTTLE.INFO key`: the key's algorithm and state now (a lease
+    /// key's holders in [`Info::leases`]), or `None` for a missing key.
+    /// Changes nothing.
     pub async fn info(&self, key: &str) -> Result<Option<Info>, Error> {
         self.info_at(key, None).await
     }

@@ -13,6 +13,11 @@
 //! - [`Options`]: cost, time (`AT`), `BLOCK`, the penalties (bans, counted
 //!   refusals, forced units) and `DETAIL`.
 //! - [`Decision`]: the reply, with [`Duration`](std::time::Duration)s.
+//! - Leases, a counting semaphore whose slots end by themselves ("at most
+//!   3 jobs at once"): [`acquire`](Throttle::acquire) gives a [`Lease`] (its
+//!   [`Token`], [`release`](Lease::release), [`renew`](Lease::renew)) or a
+//!   [`Refused`]; [`with_lease`](Throttle::with_lease) runs work holding a
+//!   slot and always gives it back.
 //! - [`layer`] (feature `layer`, on by default): [`RateLimitLayer`](layer::RateLimitLayer).
 //!
 //! ```no_run
@@ -37,6 +42,7 @@
 
 mod client;
 mod error;
+mod lease;
 mod options;
 mod quota;
 mod reply;
@@ -46,12 +52,7 @@ pub mod layer;
 
 pub use client::{Connection, Plain, Throttle};
 pub use error::Error;
+pub use lease::{AcquireOptions, Admission, Lease, Refused, Token};
 pub use options::{AllOptions, Ban, Options, Penalty, Spec};
 pub use quota::{Algorithm, Limit, Quota, Sliding};
-pub use reply::{AllDecision, Decision, Detail, Info};
-
-// Leases: THROTTLE.ACQUIRE, THROTTLE.RELEASE and THROTTLE.RENEW (a counting
-// semaphore whose slots end by themselves) are being added to the module.
-// Once they are there they get methods on `Throttle` (`acquire`, `release`,
-// `renew`) and a `Lease` reply beside `Decision` (the five fields and the
-// lease's token).
+pub use reply::{AllDecision, Decision, Detail, Holder, Info};

@@ -246,7 +246,7 @@ impl Options {
         cost_args(self.cost, out);
         at_args(self.at, out)?;
         if let Some(block) = self.block {
-            let ms = block.as_millis() + u128::from(block.subsec_nanos() % 1_000_000 != 0);
+            let ms = block.as_millis() + u128::from(!block.subsec_nanos().is_multiple_of(1_000_000));
             out.extend(["BLOCK".into(), ms.to_string()]);
         }
         self.penalty.args(out)?;

@@ -80,7 +80,7 @@ impl Quota {
 /// A duration as whole milliseconds from 1 ms to [`Quota::MAX_PERIOD`].
 pub(crate) fn whole_ms(d: Duration) -> Option<u64> {
     let ms = u64::try_from(d.as_millis()).ok()?;
-    (d.subsec_nanos() % 1_000_000 == 0 && ms >= 1 && d <= Quota::MAX_PERIOD).then_some(ms)
+    (d.subsec_nanos().is_multiple_of(1_000_000) && ms >= 1 && d <= Quota::MAX_PERIOD).then_some(ms)
 }
 
 /// How `THROTTLE.SLIDING` counts.

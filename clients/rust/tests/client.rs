@@ -5,11 +5,13 @@
 
 mod common;
 
+use std::num::NonZeroU32;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::{n, servers, t0, Server};
 use redis_throttle_client::{
-    AllOptions, Ban, Decision, Detail, Error, Limit, Options, Penalty, Plain, Quota, Sliding, Spec, Throttle,
+    AcquireOptions, AllOptions, Ban, Decision, Detail, Error, Lease, Limit, Options, Penalty, Plain, Quota, Sliding,
+    Spec, Throttle, Token,
 };
 
 fn ms(v: u64) -> Duration {
@@ -251,7 +253,8 @@ async fn errors_name_the_argument() {
 }
 
 /// A server without the module: every method fails at once with
-/// ModuleMissing, whose message says how to load the module.
+/// ModuleMissing, whose message says how to load the module (with_lease
+/// without running its work).
 #[tokio::test]
 async fn a_server_without_the_module_says_how_to_load_it() {
     for binary in servers() {
@@ -260,6 +263,8 @@ async fn a_server_without_the_module_says_how_to_load_it() {
             let t = server.throttle(resp3).await;
             let q = Quota::per_second(n(1));
             let o = Options::new();
+            let (one, lease, token) = (NonZeroU32::MIN, Duration::from_secs(1), Token::new("t").unwrap());
+            let work = async |_: &Lease<_>| panic!("the work ran without the module");
             let results = [
                 ("THROTTLE.FIXED", t.fixed("k", q, &o).await.map(|_| ())),
                 ("THROTTLE.SLIDING", t.sliding("k", q, Sliding::Exact, &o).await.map(|_| ())),
@@ -267,6 +272,10 @@ async fn a_server_without_the_module_says_how_to_load_it() {
                 ("THROTTLE.LEAKY", t.leaky("k", q, None, &o).await.map(|_| ())),
                 ("THROTTLE.ALL", t.all(&[Spec::new("k", Limit::fixed(q))], &AllOptions::new()).await.map(|_| ())),
                 ("THROTTLE.INFO", t.info("k").await.map(|_| ())),
+                ("THROTTLE.ACQUIRE", t.acquire("k", one, lease, &AcquireOptions::new()).await.map(|_| ())),
+                ("THROTTLE.RELEASE", t.release("k", &token).await.map(|_| ())),
+                ("THROTTLE.RENEW", t.renew("k", &token, lease).await.map(|_| ())),
+                ("THROTTLE.ACQUIRE", t.with_lease("k", one, lease, &AcquireOptions::new(), work).await.map(|_| ())),
             ];
             for (command, result) in results {
                 let e = result.expect_err(command);

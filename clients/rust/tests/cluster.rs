@@ -1,12 +1,13 @@
 //! A real three-node Redis Cluster with the module, on every server of
 //! `THROTTLE_SERVERS`: the client routes each command by its key (for
 //! THROTTLE.ALL, whose keys follow its options, by the first spec's key),
-//! every key lands on the node that owns its slot, and the layer's keys of
-//! one request share a slot.
+//! every key lands on the node that owns its slot (lease keys too), and
+//! the layer's keys of one request share a slot.
 
 mod common;
 
 use std::collections::{BTreeSet, HashMap};
+use std::num::NonZeroU32;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -15,7 +16,7 @@ use axum::Router;
 use common::{free_port, n, serve, servers, t0, Server};
 use redis::cluster_async::ClusterConnection;
 use redis_throttle_client::layer::{Global, ManualClock, RateLimitConfig, RateLimitLayer};
-use redis_throttle_client::{AllOptions, Limit, Options, Quota, Spec, Throttle};
+use redis_throttle_client::{AcquireOptions, Admission, AllOptions, Limit, Options, Quota, Spec, Throttle};
 
 /// A free port whose cluster bus port (`port + 10000`) is free too.
 fn free_cluster_port() -> u16 {
@@ -80,6 +81,41 @@ async fn a_three_node_cluster_routes_every_command() {
         }
         assert_eq!(per_node.values().sum::<i64>(), 60, "{binary}: {per_node:?}");
         assert!(per_node.values().all(|&s| s > 0), "{binary}: every master holds keys: {per_node:?}");
+
+        // Leases: ACQUIRE, RENEW, INFO and RELEASE each go to the key's
+        // owner; a lease's own release too.
+        let two = NonZeroU32::new(2).unwrap();
+        let mut leases = Vec::new();
+        for i in 0..30 {
+            let key = format!("lk:{i}");
+            let a = t.acquire(&key, two, Duration::from_secs(60), &AcquireOptions::new().at(t0())).await.unwrap();
+            let Admission::Admitted(lease) = a else { panic!("{binary}: {key} refused: {a:?}") };
+            assert_eq!(lease.remaining(), 1, "{binary}: {key}");
+            assert!(t.renew(&key, lease.token(), Duration::from_secs(90)).await.unwrap(), "{binary}: {key}");
+            let info = t.info(&key).await.unwrap().expect("the lease key");
+            assert_eq!(info.leases.len(), 1, "{binary}: {key}");
+            leases.push(lease);
+        }
+        let mut owners = BTreeSet::new();
+        for lease in &leases {
+            let mut on = Vec::new();
+            for node in &nodes {
+                let mut c = redis::Client::open(node.url()).unwrap().get_connection().unwrap();
+                // Another node answers MOVED.
+                let exists: redis::RedisResult<i64> = redis::cmd("EXISTS").arg(lease.key()).query(&mut c);
+                if exists.ok() == Some(1) {
+                    on.push(node.port);
+                }
+            }
+            assert_eq!(on.len(), 1, "{binary}: {} on {on:?}", lease.key());
+            owners.extend(on);
+        }
+        assert_eq!(owners.len(), 3, "{binary}: lease keys on every master");
+        for lease in leases {
+            let key = lease.key().to_string();
+            assert!(lease.release().await.unwrap(), "{binary}: {key}");
+            assert_eq!(t.info(&key).await.unwrap(), None, "{binary}: {key}");
+        }
 
         // THROTTLE.ALL goes to the slot of its hash tag, whatever comes first.
         for user in 0..20 {

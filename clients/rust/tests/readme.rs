@@ -1,8 +1,10 @@
-//! The README shows the axum example as it is in examples/axum.rs.
+//! The README shows the examples as they are in examples/.
 
 #[test]
-fn the_readme_shows_the_example_binary() {
+fn the_readme_shows_the_example_binaries() {
     let readme = include_str!("../README.md");
-    let example = include_str!("../examples/axum.rs");
-    assert!(readme.contains(example), "README.md's axum example differs from examples/axum.rs");
+    let axum = include_str!("../examples/axum.rs");
+    assert!(readme.contains(axum), "README.md's axum example differs from examples/axum.rs");
+    let leases = include_str!("../examples/leases.rs");
+    assert!(readme.contains(leases), "README.md's leases example differs from examples/leases.rs");
 }

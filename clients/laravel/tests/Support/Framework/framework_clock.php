@@ -2,11 +2,12 @@
 
 /*
  * laravel/framework's DurationLimiterTest waits for its limiter's window to
- * end with sleep(2). Unqualified, that call resolves to this function first
- * (PHP looks in the caller's namespace before the global one), which moves
- * the package's clock instead: Carbon's test now, which the package sends as
- * AT. The test's code is unchanged; the 2 s pass for the limiter at once.
- * ResetsClock clears the test now after each test.
+ * end with sleep(2), and its ConcurrentLimiterTest for a lease to end with
+ * usleep(1.2 * 1000000). Unqualified, those calls resolve to these
+ * functions first (PHP looks in the caller's namespace before the global
+ * one), which move the package's clock instead: Carbon's test now, which
+ * the package sends as AT. The tests' code is unchanged; the time passes
+ * for the limiter at once. ResetsClock clears the test now after each test.
  */
 
 declare(strict_types=1);
@@ -19,4 +20,9 @@ function sleep(int $seconds): int
 {
     Carbon::setTestNow(Carbon::now()->addSeconds($seconds));
     return 0;
+}
+
+function usleep(int $microseconds): void
+{
+    Carbon::setTestNow(Carbon::now()->addMicroseconds($microseconds));
 }
