@@ -7,15 +7,14 @@
 // except those listed below, with the reason (clients/node/README.md lists
 // them too); a test that starts passing or failing otherwise fails this one.
 //
-// The repository is not part of this package: REDIS_SEMAPHORE_REPO names a
-// git repository to clone (default: redis-semaphore's on GitHub) and
-// REDIS_SEMAPHORE_REF its tag (default below). Without it (no network),
-// this test is skipped and says so. The suite's own devDependencies (mocha,
-// chai, sinon, swc, ioredis 6.0.0, ...) are pinned in
-// test/redis-semaphore/package.json and installed there on first use.
+// The npm package ships no tests: give a checkout of the repository at the
+// tag of the npm release in THROTTLE_SEMAPHORE_REPO (make
+// test-node-semaphore). The suite's own devDependencies (mocha, chai, sinon,
+// swc, ioredis 6.0.0, ...) are pinned in test/redis-semaphore/package.json
+// and installed there on first use.
 import assert from 'node:assert/strict';
 import { execFile as execFileCb, spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -27,11 +26,7 @@ import { MODULE, startServer } from './support/redis.js';
 const execFile = promisify(execFileCb);
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const deps = path.join(root, 'test/redis-semaphore');
-const REPO = process.env.REDIS_SEMAPHORE_REPO || 'https://github.com/swarthy/redis-semaphore.git';
-// The newest tag whose tests this package was checked against. redis-semaphore
-// 5.8.0 on npm ships the same library code as 5.7.0 (it only declares ioredis
-// 6 support); its tests run here on ioredis 6.0.0, as 5.8.0 pins.
-const REF = process.env.REDIS_SEMAPHORE_REF || 'v5.7.0';
+const repo = process.env.THROTTLE_SEMAPHORE_REPO;
 
 /** The test files run: the Semaphore's, the shared Lock's, and the semaphore functions'. */
 const FILES = [
@@ -176,17 +171,15 @@ async function restartServer() {
   }
 }
 process.once('exit', () => restarted?.child.kill('SIGKILL'));
-let source; // the clone, or why there is none
+
+let version; // of the checkout
 before(async () => {
+  assert.ok(repo, 'THROTTLE_SEMAPHORE_REPO must name a checkout of redis-semaphore at the npm release\'s tag (make test-node-semaphore SEMAPHORE_REPO=dir)');
+  assert.ok(existsSync(path.join(repo, 'test/src/RedisSemaphore.test.ts')), `${repo} is not a checkout of redis-semaphore's repository (no test/src/RedisSemaphore.test.ts)`);
+  version = JSON.parse(readFileSync(path.join(repo, 'package.json'), 'utf8')).version;
   work = mkdtempSync(path.join(tmpdir(), 'throttle-redis-semaphore-'));
   const clone = path.join(work, 'redis-semaphore');
-  try {
-    await execFile('git', ['clone', '--quiet', '--depth', '1', '--branch', REF, REPO, clone], { timeout: 120_000 });
-    source = { dir: clone };
-  } catch (error) {
-    source = { why: `cannot clone redis-semaphore's repository at ${REF} from ${REPO} (${String(error.stderr || error.message).trim()}): set REDIS_SEMAPHORE_REPO to a clone of it` };
-    return;
-  }
+  cpSync(repo, clone, { recursive: true, filter: (file) => !/[\\/](node_modules|\.git)$/.test(file) });
   // The suite's devDependencies, installed once (again when the lock changes).
   const installed = path.join(deps, 'node_modules/.package-lock.json');
   if (!existsSync(installed) || statSync(installed).mtimeMs < statSync(path.join(deps, 'package-lock.json')).mtimeMs) {
@@ -206,11 +199,8 @@ after(async () => {
   if (work) rmSync(work, { recursive: true, force: true });
 });
 
-it(`redis-semaphore's own tests (${REF}) against this package's Semaphore: every one passes but those that cannot`, async (t) => {
-  if (!source.dir) {
-    t.skip(source.why);
-    return;
-  }
+it("redis-semaphore's own tests against this package's Semaphore: every one passes but those that cannot", async (t) => {
+  const dir = path.join(work, 'redis-semaphore');
   // Without NODE_TEST_CONTEXT, which would make a node:test inside report to this runner.
   const { NODE_TEST_CONTEXT: _, ...parentEnv } = process.env;
   const env = {
@@ -226,7 +216,7 @@ it(`redis-semaphore's own tests (${REF}) against this package's Semaphore: every
     const report = path.join(work, `report-${runs++}.json`);
     return new Promise((resolve) => {
       const child = spawn(process.execPath, [mocha, '--reporter', 'json', '--reporter-option', `output=${report}`, ...more, ...FILES], {
-        cwd: source.dir,
+        cwd: dir,
         env,
         stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
       });
@@ -266,7 +256,7 @@ it(`redis-semaphore's own tests (${REF}) against this package's Semaphore: every
   }
   const failed = [...new Set(failures.map((f) => f.title))];
   const details = failures.map((f) => `- ${f.title}${f.hook ? ` (${f.hook})` : ''}: ${f.message}`).join('\n');
-  t.diagnostic(`redis-semaphore ${REF}: ${titles.length} tests, ${passed.length} passed, ${failed.length} cannot pass, ${pending.length} pending`);
+  t.diagnostic(`redis-semaphore ${version}: ${titles.length} tests, ${passed.length} passed, ${failed.length} cannot pass, ${pending.length} pending`);
   for (const f of failures) t.diagnostic(`cannot pass: ${f.title}${f.hook ? ` (${f.hook})` : ''}: ${f.message}`);
   assert.equal(pending.length, 0, 'no test is skipped');
   assert.equal(passed.length + failed.length, titles.length, details);
