@@ -208,6 +208,17 @@ test-node-rlf: build
 	cd clients/node && npm ci --no-audit --no-fund --loglevel=error && npm run build
 	cd clients/node && THROTTLE_MODULE=$(abspath $(BUILT_SO)) THROTTLE_RLF_REPO=$(abspath $(RLF_REPO)) node --test test/rlf-suite.test.js
 
+# make test-node-semaphore SEMAPHORE_REPO=dir  redis-semaphore's own tests
+# (mocha, from its repository: the npm package ships none) against the
+# package's Semaphore, on Redis 7.0. SEMAPHORE_REPO is a checkout of the
+# repository at the tag of the npm release; the tests that cannot pass are
+# listed in clients/node/README.md and test/redis-semaphore-suite.test.js.
+.PHONY: test-node-semaphore
+test-node-semaphore: build
+	@test -n "$(SEMAPHORE_REPO)" || { echo "make test-node-semaphore needs SEMAPHORE_REPO=<a checkout of redis-semaphore at the npm release's tag>"; exit 1; }
+	cd clients/node && npm ci --no-audit --no-fund --loglevel=error && npm run build
+	cd clients/node && THROTTLE_MODULE=$(abspath $(BUILT_SO)) THROTTLE_SEMAPHORE_REPO=$(abspath $(SEMAPHORE_REPO)) node --test test/redis-semaphore-suite.test.js
+
 # make test-rust-client  the Rust crate (clients/rust/, a workspace member):
 # its unit tests, doc examples and the examples' builds, then its
 # integration tests (the client, its leases, the tower layer in an axum app

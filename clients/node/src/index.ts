@@ -17,3 +17,19 @@ export { createFastifyStore, type FastifyStore, type FastifyStoreClass, type Fas
 export { NestStorage, type NestStorageOptions, type ThrottlerStorageRecord } from './nest.js';
 export type { AllOptions, PenaltyOptions } from './command.js';
 export { RateLimiterThrottle, type RateLimiterResLike, type RateLimiterThrottleOptions } from './rate-limiter-flexible.js';
+export {
+  Lease,
+  LeaseNotAcquiredError,
+  type AcquireOptions,
+  type AcquireResult,
+  type LeaseRefused,
+} from './lease.js';
+export {
+  Semaphore,
+  LostLockError,
+  TimeoutError,
+  defaultTimeoutOptions,
+  type LockLostCallback,
+  type LockOptions,
+  type TimeoutOptions,
+} from './semaphore.js';

@@ -33,7 +33,7 @@ export interface ThrottleAllResult {
  * Which fields a key has depends on its algorithm (see the module's README).
  */
 export interface ThrottleInfo {
-  algorithm: 'fixed' | 'sliding' | 'sliding-exact' | 'token' | 'leaky';
+  algorithm: 'fixed' | 'sliding' | 'sliding-exact' | 'token' | 'leaky' | 'lease';
   limit?: number;
   periodMs?: number;
   burst?: number;
@@ -49,6 +49,10 @@ export interface ThrottleInfo {
   banned?: number;
   banLength?: number;
   hits?: number;
+  /** A lease key: the leases held now. */
+  holders?: number;
+  /** A lease key: each lease held, the earliest end first (`endsAt` in Unix µs, `endsAfter` in ms). */
+  leases?: { token: string; endsAt: number; endsAfter: number }[];
 }
 
 const FIELDS = ['allowed', 'limit', 'remaining', 'retry_after', 'reset_after'] as const;
@@ -164,8 +168,17 @@ export function parseInfo(reply: unknown): ThrottleInfo | null {
   if (!entries) throw unexpected('THROTTLE.INFO', reply);
   const info: Record<string, unknown> = {};
   for (const [name, value] of entries) {
-    info[camel(name)] = name === 'algorithm' ? text(value) : integer(value, 'THROTTLE.INFO', reply);
+    info[camel(name)] = name === 'algorithm' ? text(value) : name === 'leases' ? parseLeases(value, reply) : integer(value, 'THROTTLE.INFO', reply);
   }
   if (typeof info.algorithm !== 'string') throw unexpected('THROTTLE.INFO', reply);
   return info as unknown as ThrottleInfo;
+}
+
+/** THROTTLE.INFO's `leases` on a lease key: [[token, ends_at µs, ms left], ...]. */
+function parseLeases(value: unknown, reply: unknown): { token: string; endsAt: number; endsAfter: number }[] {
+  if (!Array.isArray(value)) throw unexpected('THROTTLE.INFO', reply);
+  return value.map((lease) => {
+    if (!Array.isArray(lease) || lease.length !== 3) throw unexpected('THROTTLE.INFO', reply);
+    return { token: text(lease[0]), endsAt: integer(lease[1], 'THROTTLE.INFO', reply), endsAfter: integer(lease[2], 'THROTTLE.INFO', reply) };
+  });
 }

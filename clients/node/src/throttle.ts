@@ -17,6 +17,7 @@ import {
   type Send,
 } from './command.js';
 import { parseAllResult, parseInfo, parseResult, type ThrottleAllResult, type ThrottleInfo, type ThrottleResult } from './reply.js';
+import { acquireLease, releaseLease, renewLease, withLease, type AcquireOptions, type AcquireResult, type Lease, type LeaseContext } from './lease.js';
 
 export interface ThrottleOptions {
   /** Put before every key (after an ioredis client's own `keyPrefix`). Default: none. */
@@ -37,6 +38,7 @@ export interface ThrottleOptions {
 export class Throttle {
   readonly #send: Send;
   readonly #prefix: string;
+  readonly #leases: LeaseContext;
 
   constructor(client: RedisClientLike | Send, options: ThrottleOptions = {}) {
     checkOptions(options, ['prefix'], 'Throttle', {
@@ -46,6 +48,7 @@ export class Throttle {
     const { send, keyPrefix } = senderFor(client);
     this.#send = send;
     this.#prefix = keyPrefix + (options.prefix ?? '');
+    this.#leases = { send, prefix: this.#prefix, client };
   }
 
   /** Sends one command built by this package; `key` is the routed (prefixed) key. */
@@ -110,6 +113,36 @@ export class Throttle {
     const args = ['THROTTLE.INFO', full];
     if (options.at !== undefined) args.push('AT', integerArg(options.at, 'at'));
     return parseInfo(await this.#run(full, args));
+  }
+
+  /**
+   * THROTTLE.ACQUIRE: one of `limit` slots of `key` for `lease` (ms or a
+   * period string). Resolves to a `Lease` (`allowed: true`, its `token`,
+   * `release()`, `renew()`) or, when every slot is held, the refusal
+   * (`allowed: false`, `retryAfter`: ms until a slot frees). With `block` it
+   * waits on the server, holding its connection unless `isolated`.
+   */
+  async acquire(key: string, limit: number, lease: Period, options?: AcquireOptions): Promise<AcquireResult> {
+    return acquireLease(this.#leases, key, limit, lease, options);
+  }
+
+  /** THROTTLE.RELEASE: true when `token` held a lease on `key` (its slot is free now), false when it did not (nothing changed). */
+  async release(key: string, token: string, options?: { at?: number | bigint }): Promise<boolean> {
+    return releaseLease(this.#leases, key, token, options);
+  }
+
+  /** THROTTLE.RENEW: true when `token` held a lease on `key` (it now ends `lease` from now), false when it did not. */
+  async renew(key: string, token: string, lease: Period, options?: { at?: number | bigint }): Promise<boolean> {
+    return renewLease(this.#leases, key, token, lease, options);
+  }
+
+  /**
+   * Acquires a lease (waiting up to `block`), runs `fn(lease)`, and releases
+   * the lease when `fn` settles. Rejects with LeaseNotAcquiredError when no
+   * slot came in time.
+   */
+  async withLease<T>(key: string, limit: number, lease: Period, fn: (lease: Lease) => T | Promise<T>, options?: AcquireOptions): Promise<T> {
+    return withLease(this.#leases, key, limit, lease, fn, options);
   }
 
   /** Deletes the key (a reset). */

@@ -5,7 +5,8 @@
 // THROTTLE_REDIS_SERVER set to its server:
 //
 // - on every server: the client on every client and protocol, the cluster,
-//   and the three stores called as their frameworks call them;
+//   and the three stores called as their frameworks call them; leases and
+//   the Semaphore;
 // - on the first server only: the frameworks over real HTTP and the
 //   @fastify/rate-limit suite (THROTTLE_HTTP_EVERY_SERVER=1: on every
 //   server). Their HTTP half does not depend on the server, their store
@@ -27,7 +28,7 @@ import { fileURLToPath } from 'node:url';
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
 /** Test files that exercise a server: run on every server. */
-const EVERY_SERVER = ['client', 'cluster', 'stores'].map((name) => `test/${name}.test.js`);
+const EVERY_SERVER = ['client', 'cluster', 'stores', 'lease', 'semaphore'].map((name) => `test/${name}.test.js`);
 /** The frameworks over real HTTP: on the first server (every server with THROTTLE_HTTP_EVERY_SERVER=1). */
 const HTTP = ['express', 'fastify', 'nest', 'fastify-suite'].map((name) => `test/${name}.test.js`);
 /** Test files whose outcome does not depend on the server: run once. */

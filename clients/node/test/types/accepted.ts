@@ -5,7 +5,7 @@ import { createClient as createClient5, createCluster as createCluster5, createC
 import { createClient as createClient6, createCluster as createCluster6, createClientPool as createClientPool6 } from 'redis';
 import { Redis as Redis5, Cluster as Cluster5 } from 'ioredis-5';
 import { Redis as Redis6, Cluster as Cluster6 } from 'ioredis';
-import { Throttle, ExpressStore, createFastifyStore, NestStorage, type RedisClientLike, type ThrottleResult } from 'redis-throttle';
+import { Throttle, ExpressStore, createFastifyStore, NestStorage, Semaphore, Lease, type AcquireResult, type RedisClientLike, type ThrottleResult } from 'redis-throttle';
 
 const clients = [
   createClient4(),
@@ -33,7 +33,31 @@ for (const client of clients) {
   new NestStorage(client, { algorithm: 'fixed' });
   const asType: RedisClientLike = client;
   void asType;
+  new Semaphore(client, 'k', 3, { lockTimeout: 30_000, acquireTimeout: 10_000, retryInterval: 10, refreshInterval: 0, identifier: 'w', acquiredExternally: true, onLockLost() {} });
 }
+
+// Leases: a Lease when allowed, the plain refusal otherwise (narrowed by allowed).
+async function leases(throttle: Throttle): Promise<number> {
+  const r: AcquireResult = await throttle.acquire('k', 3, '30s', { block: 1000, id: 'w', isolated: true, signal: AbortSignal.timeout(10) });
+  if (r.allowed) {
+    const lease: Lease = r;
+    const released: boolean = await lease.release();
+    const renewed: boolean = await r.renew(30_000, { at: 1n });
+    void [released, renewed, lease.token];
+  } else {
+    const wait: number = r.retryAfter;
+    void wait;
+  }
+  const n: number = await throttle.withLease('k', 3, '30s', async (lease) => lease.remaining, { block: '10s' });
+  const semaphore = new Semaphore(createClient6(), 'k', 3);
+  const held: boolean = await semaphore.tryAcquire();
+  await semaphore.acquire(AbortSignal.timeout(10));
+  const still: boolean = (await semaphore.refresh()) && semaphore.isAcquired;
+  await semaphore.release();
+  void [held, still, semaphore.identifier];
+  return n + (await throttle.release('k', 'w') ? 1 : 0) + (await throttle.renew('k', 'w', '1m') ? 1 : 0);
+}
+void leases;
 
 // A function that sends a command is a client too.
 new Throttle((args: string[], key: string) => createClient6().sendCommand(args).then((reply) => [reply, key]));

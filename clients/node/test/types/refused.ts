@@ -2,7 +2,7 @@
 // file and expects an error on every line marked `// refused`, and nowhere else.
 import { createSentinel } from 'redis';
 import { createClient } from 'redis';
-import { Throttle, ExpressStore, createFastifyStore, NestStorage } from 'redis-throttle';
+import { Throttle, ExpressStore, createFastifyStore, NestStorage, Semaphore } from 'redis-throttle';
 
 declare const sentinel: ReturnType<typeof createSentinel>;
 const redis = createClient();
@@ -21,3 +21,8 @@ throttle.fixed('k', 1, '1s', { burst: 2 }); // refused
 throttle.token('k', 1, '1s', { exact: true }); // refused
 throttle.all([{ algorithm: 'fixed', key: 'k', limit: 1, period: '1s' }], { block: 10 }); // refused
 throttle.info('k', { cost: 0 }); // refused
+throttle.acquire('k', 1, '1s', { cost: 1 }); // refused
+throttle.release('k', 'token', { block: 10 }); // refused
+new Semaphore(redis, 'k', 1, { prefix: 'x:' }); // refused
+new Semaphore({}, 'k', 1); // refused
+void (async () => { const r = await throttle.acquire('k', 1, '1s'); await r.release(); })(); // refused
