@@ -18,40 +18,22 @@ the server process's CPU (INFO cpu); the median of BENCH_DJ_ROUNDS (3)
 interleaved rounds is kept.
 """
 
-import collections
 import os
 import statistics
-import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+from python_requests import count_round_trips, in_package_venv, measure as measure_requests, test_servers
 
-if os.environ.get("BENCH_DJ_IN_VENV") != "1":
-    venv_python = subprocess.run([os.path.join(ROOT, "clients", "python", "tests", "run.sh"), "venv"], check=True,
-                                 stdout=subprocess.PIPE, text=True).stdout.strip().splitlines()[-1]
-    os.environ["BENCH_DJ_IN_VENV"] = "1"
-    os.execv(venv_python, [venv_python, *sys.argv])
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+in_package_venv("BENCH_DJ_IN_VENV")
 
 import redis  # noqa: E402
 
-# Round trips are counted where they start: django-redis's get/set and the
-# package's commands all go through Redis.execute_command.
-SENT = collections.Counter()
-_execute_command = redis.Redis.execute_command
-
-
-def _counting_execute_command(self, *args, **options):
-    SENT[str(args[0]).lower()] += 1
-    return _execute_command(self, *args, **options)
-
-
-redis.Redis.execute_command = _counting_execute_command
-
-sys.path.insert(0, os.path.join(ROOT, "clients", "python", "tests"))
-os.environ.setdefault("THROTTLE_MODULE", sys.argv[1] if len(sys.argv) > 1 else "")
-from servers import RedisServer  # noqa: E402
+# django-redis's get/set and the package's commands are all counted.
+SENT = count_round_trips()
+RedisServer = test_servers().RedisServer
 
 USERS = int(os.environ.get("BENCH_DJ_USERS", 200))
 PER_USER = int(os.environ.get("BENCH_DJ_PER_USER", 10))
@@ -110,26 +92,11 @@ def measure(index):
     r.flushall()
     client.get(f"/t{index}", REMOTE_ADDR="10.255.255.255")  # warm-up: connections, imports
     r.flushall()
-    r.config_resetstat()
-    SENT.clear()
-    cpu0 = r.info("cpu")
-    start = time.perf_counter()
-    statuses = [client.get(f"/t{index}", REMOTE_ADDR=f"10.0.{u // 256}.{u % 256}").status_code
-                for _ in range(PER_USER) for u in range(USERS)]
-    elapsed = time.perf_counter() - start
-    cpu1 = r.info("cpu")
-    sent = {name: calls for name, calls in SENT.items() if name not in ("info", "config resetstat", "flushall")}
-    stats = {k[len("cmdstat_"):].lower(): v for k, v in r.info("commandstats").items()}
-    n = len(statuses)
-    return {
-        "admitted": statuses.count(200),
-        "limited": statuses.count(429),
-        "round_trips": sum(sent.values()) / n,
-        "server_us": sum(stats[name]["usec"] for name in sent) / n,
-        "cpu_us": sum(cpu1[k] - cpu0[k] for k in ("used_cpu_user", "used_cpu_sys")) * 1e6 / n,
-        "req_per_s": n / elapsed,
-        "commands": ", ".join(f"{name.upper()} {calls / n:g}" for name, calls in sorted(sent.items())),
-    }
+    result = measure_requests(r, SENT, lambda: [
+        client.get(f"/t{index}", REMOTE_ADDR=f"10.0.{u // 256}.{u % 256}").status_code
+        for _ in range(PER_USER) for u in range(USERS)])
+    result["commands"] = ", ".join(f"{name.upper()} {calls:g}" for name, calls in result["sent"].items())
+    return result
 
 
 def main():

@@ -16,44 +16,26 @@ and the server process's CPU time (INFO cpu); the median of BENCH_PY_ROUNDS
 (3) interleaved rounds is kept.
 """
 
-import collections
 import os
 import statistics
-import subprocess
 import sys
 import time
 
+from python_requests import count_round_trips, in_package_venv, measure as measure_requests, test_servers
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
 
 # No `from __future__ import annotations` here: FastAPI reads the endpoint's
 # annotations (Request, Response) as objects.
-if os.environ.get("BENCH_PY_IN_VENV") != "1":
-    venv_python = subprocess.run([os.path.join(ROOT, "clients", "python", "tests", "run.sh"), "venv"], check=True,
-                                 stdout=subprocess.PIPE, text=True).stdout.strip().splitlines()[-1]
-    os.environ["BENCH_PY_IN_VENV"] = "1"
-    os.execv(venv_python, [venv_python, *sys.argv])
+in_package_venv("BENCH_PY_IN_VENV")
 
 import redis  # noqa: E402
 
-# Round trips are counted where they start: every command the storages send
-# goes through Redis.execute_command (limits' scripts as EVALSHA).
-SENT = collections.Counter()
-_execute_command = redis.Redis.execute_command
-
-
-def _counting_execute_command(self, *args, **options):
-    SENT[str(args[0]).lower()] += 1
-    return _execute_command(self, *args, **options)
-
-
-redis.Redis.execute_command = _counting_execute_command
+SENT = count_round_trips()
 
 import redis_throttle  # noqa: E402,F401  (registers throttle://)
 
-sys.path.insert(0, os.path.join(ROOT, "clients", "python", "tests"))
-os.environ.setdefault("THROTTLE_MODULE", sys.argv[1] if len(sys.argv) > 1 else "")
-from servers import RedisServer  # noqa: E402
+RedisServer = test_servers().RedisServer
 
 USERS = int(os.environ.get("BENCH_PY_USERS", 200))
 PER_USER = int(os.environ.get("BENCH_PY_PER_USER", 10))
@@ -106,28 +88,9 @@ def measure(server, make_client, uri, strategy):
     reset()
     r.flushall()
     call("warm-up")
-    r.config_resetstat()
-    SENT.clear()
-    cpu0 = r.info("cpu")
-    start = time.perf_counter()
-    statuses = [call(f"user-{u}") for _ in range(PER_USER) for u in range(USERS)]
-    elapsed = time.perf_counter() - start
-    cpu1 = r.info("cpu")
-    sent = {name: calls for name, calls in SENT.items() if name not in ("info", "config resetstat", "config")}
-    stats = {k[len("cmdstat_"):].lower(): v for k, v in r.info("commandstats").items()}
-    n = len(statuses)
-    cpu = sum(cpu1[k] - cpu0[k] for k in ("used_cpu_user", "used_cpu_sys"))
-    return {
-        "requests": n,
-        "admitted": statuses.count(200),
-        "limited": statuses.count(429),
-        "round_trips": sum(sent.values()) / n,
-        # the server's time for the commands the client sent (EVALSHA's includes its script's commands)
-        "server_us": sum(stats[name]["usec"] for name in sent) / n,
-        "cpu_us": cpu * 1e6 / n,
-        "req_per_s": n / elapsed,
-        "commands": ", ".join(f"{name} {calls / n:g}" for name, calls in sorted(sent.items())),
-    }
+    result = measure_requests(r, SENT, lambda: [call(f"user-{u}") for _ in range(PER_USER) for u in range(USERS)])
+    result["commands"] = ", ".join(f"{name} {calls:g}" for name, calls in result["sent"].items())
+    return result
 
 
 def main():
