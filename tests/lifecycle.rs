@@ -107,14 +107,9 @@ fn failover_unblocks_waiters_and_keeps_both_servers_up() {
     let (mut master, mut replica) = master_and_replica();
     let mut c = open(&master.url());
     let waiter = waiter_on(&master, &mut c, MINUTE_LIMIT, 30_000);
-    sync(&mut c);
-    let _: () = call(&mut c, "FAILOVER").expect("FAILOVER");
+    let mut r = common::fail_over(&mut c, &replica);
     let e = waiter.error();
     assert!(e.to_string().contains("UNBLOCKED"), "{e}");
-    let mut r = open(&replica.url());
-    wait_until("the replica to take over", Duration::from_secs(20), || {
-        info_field(&mut r, "replication", "role").as_deref() == Some("master")
-    });
     wait_until("the old master to follow it", Duration::from_secs(20), || {
         info_field(&mut c, "replication", "master_link_status").as_deref() == Some("up")
     });

@@ -540,6 +540,19 @@ pub fn master_and_replica() -> (Server, Server) {
     master_and_replica_with(&[])
 }
 
+/// `FAILOVER` from the master `c` talks to (once the replica has every
+/// change), then waits until `replica` has taken over; returns a
+/// connection to it.
+pub fn fail_over(c: &mut redis::Connection, replica: &Server) -> redis::Connection {
+    sync(c);
+    let _: () = call(c, "FAILOVER").expect("FAILOVER");
+    let mut r = open(&replica.url());
+    wait_until("the replica to take over", Duration::from_secs(20), || {
+        info_field(&mut r, "replication", "role").as_deref() == Some("master")
+    });
+    r
+}
+
 /// Waits until the replica has everything the master sent, whichever
 /// connection wrote it. `WAIT` waits only for its own client's last
 /// propagated write, so this connection first propagates one of its own
